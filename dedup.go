@@ -1,0 +1,88 @@
+// Package dedup holds the domain of the dedup relay: the ledger states, the
+// response codes a channel can receive, and the ledger's DDL.
+//
+// The relay stands between a bank's channels and its non-idempotent core
+// banking system and makes sure that a transfer retransmitted with the same
+// GUID reaches the core at most once, unless the relay knows for certain that
+// the earlier send never arrived. Subpackages implement the pieces: lhstd (the
+// telegram), ledger (the SQLite state ledger), coreapi (the core's HTTP API),
+// hub (the relay server), batch (resolve, reprocess, purge).
+package dedup
+
+import _ "embed"
+
+// Schema is the ledger's DDL (schema.sql). Every binary applies it whenever it
+// opens a ledger; every statement in it is idempotent.
+//
+//go:embed schema.sql
+var Schema string
+
+// State is the state of a ledger row (spec: domain.md "The five states").
+type State string
+
+// The five ledger states.
+const (
+	// StateReceived: accepted but not yet sent. This project never writes it,
+	// but treats it exactly like StateSent.
+	StateReceived State = "RECEIVED"
+	// StateSent: claimed, the core call is under way.
+	StateSent State = "SENT"
+	// StateDone: a definite answer exists (0000, B2xx, E500).
+	StateDone State = "DONE"
+	// StateUnknown: sent, but no definite answer came (E901). Settled only by
+	// inquiry, never resent.
+	StateUnknown State = "UNKNOWN"
+	// StateFailed: surely not delivered (E902). May be sent again.
+	StateFailed State = "FAILED"
+)
+
+// Response codes (spec: lhstd.md "Response codes").
+const (
+	CodeOK         = "0000" // applied by the core
+	CodeCoreFailed = "E500" // the core answered HTTP 500: its own definite failure
+	CodeMalformed  = "E900" // malformed request; nothing recorded
+	CodeUnknown    = "E901" // result unknown; settled later by inquiry
+	CodeNotSent    = "E902" // not sent; may be sent again under the same GUID
+	CodeInProgress = "E903" // this GUID is being processed now
+	CodeGUIDReused = "E904" // the GUID belongs to a different request
+)
+
+// IsBusinessReject reports whether code is a core rejection for a business
+// reason: B2 followed by two digits.
+func IsBusinessReject(code string) bool {
+	return len(code) == 4 && code[0] == 'B' && code[1] == '2' &&
+		code[2] >= '0' && code[2] <= '9' && code[3] >= '0' && code[3] <= '9'
+}
+
+// CodeMeaning is a short human description of a response code, for the
+// channel simulator and the logs.
+func CodeMeaning(code string) string {
+	switch code {
+	case CodeOK:
+		return "applied by the core"
+	case "B201":
+		return "rejected: insufficient funds"
+	case "B202":
+		return "rejected: no such account"
+	case "B203":
+		return "rejected: invalid amount"
+	case "B204":
+		return "rejected: same debit and credit account"
+	case CodeCoreFailed:
+		return "the core failed (HTTP 500); not applied"
+	case CodeMalformed:
+		return "malformed request"
+	case CodeUnknown:
+		return "result unknown; will be settled by inquiry; ask again with the same GUID"
+	case CodeNotSent:
+		return "not sent; may be sent again under the same GUID"
+	case CodeInProgress:
+		return "in progress; ask again later with the same GUID"
+	case CodeGUIDReused:
+		return "GUID already used for a different request"
+	}
+	if IsBusinessReject(code) {
+		return "rejected by the core for a business reason"
+	}
+	return "unknown code"
+}
