@@ -1,0 +1,262 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The exact statements of ledger.md "Transitions".
+const (
+	sqlClaim = `INSERT INTO tx(guid,tx_code,state,rsp_code,request,response,attempts,updated_at)
+VALUES(?,?,'SENT',NULL,?,NULL,1,datetime('now')) ON CONFLICT(guid) DO NOTHING`
+	// The relay passes the received request and no limit (0); reprocess
+	// passes NULL and its --max-attempts.
+	sqlReclaim = `UPDATE tx SET state='SENT', rsp_code=NULL, attempts=attempts+1, request=COALESCE(request,?), updated_at=datetime('now')
+WHERE guid=? AND state='FAILED' AND rsp_code='E902' AND (?=0 OR attempts < ?) RETURNING attempts`
+	sqlFinish = `UPDATE tx SET state=?, rsp_code=?, response=?, updated_at=datetime('now')
+WHERE guid=? AND state='SENT' AND attempts=?`
+	sqlSettle = `UPDATE tx SET state=?, rsp_code=?, response=?, updated_at=datetime('now')
+WHERE guid=? AND state='UNKNOWN' AND attempts=? AND updated_at=?`
+	sqlSweep = `UPDATE tx SET state='UNKNOWN', rsp_code='E901', response=NULL, updated_at=datetime('now')
+WHERE state IN ('SENT','RECEIVED') AND updated_at < datetime('now', ?)`
+	sqlPurge = `DELETE FROM tx WHERE rowid IN
+(SELECT rowid FROM tx WHERE state='DONE' AND updated_at <= datetime('now', ?) LIMIT ?)`
+)
+
+type writeStmts struct {
+	claim, reclaim, finish, settle, sweep, purge *sql.Stmt
+}
+
+func prepareWrites(ctx context.Context, c *sql.Conn) (writeStmts, error) {
+	var s writeStmts
+	for _, p := range []struct {
+		dst   **sql.Stmt
+		query string
+	}{
+		{&s.claim, sqlClaim}, {&s.reclaim, sqlReclaim}, {&s.finish, sqlFinish},
+		{&s.settle, sqlSettle}, {&s.sweep, sqlSweep}, {&s.purge, sqlPurge},
+	} {
+		st, err := c.PrepareContext(ctx, p.query)
+		if err != nil {
+			s.close()
+			return s, fmt.Errorf("prepare: %w", err)
+		}
+		*p.dst = st
+	}
+	return s, nil
+}
+
+func (s writeStmts) close() {
+	for _, st := range []*sql.Stmt{s.claim, s.reclaim, s.finish, s.settle, s.sweep, s.purge} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// op is one write waiting for the writer. run executes it inside the batch's
+// transaction and stores its own result; the batch's error, if any, is sent
+// on done and overrides that result.
+type op struct {
+	run  func(ctx context.Context, s *writeStmts) error
+	done chan error
+}
+
+// commitHook, if set by a test in this package, runs just before COMMIT; an
+// error from it fails the batch as a failing COMMIT would.
+var commitHook func() error
+
+// submit hands o to the writer and waits for its batch to commit. Once the
+// writer has taken o, submit waits for the outcome whatever ctx says: a
+// caller must never act as if a write failed that may have committed.
+func (l *Ledger) submit(ctx context.Context, o *op) error {
+	o.done = make(chan error, 1)
+	select {
+	case l.ops <- o:
+	case <-l.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-o.done
+}
+
+func (l *Ledger) writer() {
+	defer close(l.stopped)
+	batch := make([]*op, 0, l.maxBatch)
+	for {
+		select {
+		case o := <-l.ops:
+			batch = append(batch[:0], o)
+		case <-l.quit:
+			return
+		}
+		// Take whatever else is already waiting: batches form by themselves
+		// while the previous commit was in flight, with no added delay.
+	drain:
+		for len(batch) < l.maxBatch {
+			select {
+			case o := <-l.ops:
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		err := l.commit(batch)
+		for _, o := range batch {
+			o.done <- err
+		}
+	}
+}
+
+// commit runs batch in one BEGIN IMMEDIATE ... COMMIT. If anything fails,
+// the whole batch is rolled back and every op in it gets the error, so no
+// caller believes a write happened that did not.
+func (l *Ledger) commit(batch []*op) (err error) {
+	ctx := context.Background() // a batch is never cut short by one caller
+	if _, err := l.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			// After some errors SQLite has already rolled back; a second
+			// rollback then fails harmlessly.
+			l.conn.ExecContext(ctx, "ROLLBACK")
+		}
+	}()
+	for _, o := range batch {
+		if err := o.run(ctx, &l.stmts); err != nil {
+			return err
+		}
+	}
+	if commitHook != nil {
+		if err := commitHook(); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+	}
+	if _, err := l.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// Claim claims a new GUID for a send to the core (ledger.md: none → SENT):
+// it inserts a SENT row with attempts 1 unless the GUID already has a row.
+// claimed reports whether this caller owns the GUID; the claim is committed
+// before Claim returns.
+func (l *Ledger) Claim(ctx context.Context, guid, txCode string, request []byte) (claimed bool, err error) {
+	var n int64
+	err = l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		res, err := s.claim.ExecContext(ctx, guid, txCode, request)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	}})
+	if err != nil {
+		return false, fmt.Errorf("claim %s: %w", guid, err)
+	}
+	return n == 1, nil
+}
+
+// Reclaim takes a FAILED/E902 row back to SENT with attempts + 1 (ledger.md:
+// FAILED → SENT). request is stored only if the row has none; maxAttempts > 0
+// admits only rows with fewer attempts (reprocess). claimed reports whether
+// this caller owns the row, attempt is its new attempt number.
+func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (attempt int, claimed bool, err error) {
+	err = l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		err := s.reclaim.QueryRowContext(ctx, request, guid, maxAttempts, maxAttempts).Scan(&attempt)
+		if errors.Is(err, sql.ErrNoRows) {
+			attempt = 0
+			return nil
+		}
+		return err
+	}})
+	if err != nil {
+		return 0, false, fmt.Errorf("reclaim %s: %w", guid, err)
+	}
+	return attempt, attempt > 0, nil
+}
+
+// Finish records the outcome of the holder's claim (ledger.md: SENT → DONE,
+// UNKNOWN or FAILED), fenced on attempt: it changes the row only if it is
+// still SENT with the holder's attempt number. recorded reports whether it
+// did.
+func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o Outcome) (recorded bool, err error) {
+	var n int64
+	err = l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		res, err := s.finish.ExecContext(ctx, string(o.State), o.RspCode, o.Response, guid, attempt)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	}})
+	if err != nil {
+		return false, fmt.Errorf("finish %s attempt %d: %w", guid, attempt, err)
+	}
+	return n == 1, nil
+}
+
+// Settle records resolve's verdict on an UNKNOWN row (ledger.md: UNKNOWN →
+// DONE or FAILED), fenced on the state, attempts and updated_at that were
+// selected: a row changed meanwhile is left alone. recorded reports whether
+// the row was changed.
+func (l *Ledger) Settle(ctx context.Context, selected Row, o Outcome) (recorded bool, err error) {
+	var n int64
+	err = l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		res, err := s.settle.ExecContext(ctx, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	}})
+	if err != nil {
+		return false, fmt.Errorf("settle %s: %w", selected.GUID, err)
+	}
+	return n == 1, nil
+}
+
+// SweepOrphans moves SENT/RECEIVED rows not updated for longer than after to
+// UNKNOWN/E901, so that resolve settles them by inquiry. It returns how many
+// rows it moved.
+func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, error) {
+	var n int64
+	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		res, err := s.sweep.ExecContext(ctx, secondsAgo(after))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	}})
+	if err != nil {
+		return 0, fmt.Errorf("sweep orphans: %w", err)
+	}
+	return n, nil
+}
+
+// PurgeBatch deletes at most limit DONE rows not updated for days days and
+// returns how many it deleted. Callers repeat it until it returns 0; each
+// batch is its own short transaction so that other writers never wait long.
+func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error) {
+	var n int64
+	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		res, err := s.purge.ExecContext(ctx, fmt.Sprintf("-%d days", days), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	}})
+	if err != nil {
+		return 0, fmt.Errorf("purge: %w", err)
+	}
+	return n, nil
+}
+
