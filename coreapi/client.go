@@ -1,0 +1,306 @@
+// Package coreapi is the client of the core banking system's HTTP API (spec:
+// core-api.md), shared by the relay, reprocess and resolve.
+//
+// The core is not idempotent, so the client makes exactly one POST per call:
+// no retry layer, no redirects followed, no idempotency headers (which would
+// let Go's transport replay a POST on a broken keep-alive connection), no
+// proxy from the environment. Whether a connection to the core was obtained
+// decides between "surely not sent" (E902) and "unknown" (E901).
+package coreapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"dedup"
+	"dedup/lhstd"
+)
+
+// maxBody bounds how much of an answer the client reads.
+const maxBody = 1 << 20
+
+// IdleConnTimeout is shorter than the core's own idle timeout (120 s for the
+// fixture core) so that a pooled connection is rarely closed under a request.
+const IdleConnTimeout = 30 * time.Second
+
+// TransferRequest is the JSON body of POST /v1/transfers.
+type TransferRequest struct {
+	GUID   string `json:"guid"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Amount int64  `json:"amount"`
+	Memo   string `json:"memo"`
+}
+
+// NewTransferRequest maps a validated request telegram to the core's JSON.
+func NewTransferRequest(r *lhstd.Request) TransferRequest {
+	return TransferRequest{GUID: r.GUID, From: r.Transfer.From, To: r.Transfer.To, Amount: r.Transfer.Amount, Memo: r.Transfer.Memo}
+}
+
+// Applied is the core's JSON for an applied transfer (a POST's 200 and a
+// lookup's 200).
+type Applied struct {
+	GUID        string `json:"guid,omitempty"`
+	Ref         string `json:"ref"`
+	Balance     int64  `json:"balance"`
+	ProcessedAt string `json:"processed_at"`
+}
+
+// Result is the relay's reading of one transfer call (core-api.md, the
+// complete mapping).
+type Result struct {
+	State  dedup.State // DONE, UNKNOWN or FAILED
+	Code   string      // 0000, B2xx, E500, E901 or E902
+	Body   []byte      // the 45-byte reply body for 0000; nil otherwise
+	Status int         // the HTTP status, 0 if none was read
+	Detail string      // why, for the log, when not a clean answer
+}
+
+// Applied reports whether the core applied the transfer.
+func (r Result) Applied() bool { return r.Code == dedup.CodeOK }
+
+// LookupVerdict is what an inquiry proves.
+type LookupVerdict int
+
+// Lookup verdicts.
+const (
+	// Undetermined: no proof either way (connection error, timeout, 5xx,
+	// a bare 404, an unreadable 200). The row must stay as it is.
+	Undetermined LookupVerdict = iota
+	// Found: the core applied the transfer.
+	Found
+	// NotFound: 404 with code NOT_FOUND: the core has no applied transfer.
+	NotFound
+)
+
+// LookupResult is the reading of one inquiry.
+type LookupResult struct {
+	Verdict LookupVerdict
+	Body    []byte // the 45-byte reply body when Found
+	Status  int
+	Detail  string
+}
+
+// Client calls one core. It is safe for concurrent use.
+type Client struct {
+	base           string
+	connectTimeout time.Duration
+	timeout        time.Duration
+	http           *http.Client
+}
+
+// Config configures a Client.
+type Config struct {
+	BaseURL        string        // e.g. http://127.0.0.1:9201
+	ConnectTimeout time.Duration // to obtain a connection; then E902
+	Timeout        time.Duration // the whole exchange once connected; then E901
+	MaxConns       int           // idle keep-alive connections kept per host; 0 means 512
+}
+
+// New returns a client for cfg.BaseURL.
+func New(cfg Config) (*Client, error) {
+	if !strings.HasPrefix(cfg.BaseURL, "http://") && !strings.HasPrefix(cfg.BaseURL, "https://") {
+		return nil, fmt.Errorf("core URL %q: want http://HOST:PORT", cfg.BaseURL)
+	}
+	if cfg.ConnectTimeout <= 0 || cfg.Timeout <= 0 {
+		return nil, errors.New("core timeouts must be greater than 0")
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 512
+	}
+	tr := &http.Transport{
+		Proxy:               nil, // never a proxy from the environment
+		DialContext:         (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        cfg.MaxConns,
+		MaxIdleConnsPerHost: cfg.MaxConns,
+		IdleConnTimeout:     IdleConnTimeout,
+		ForceAttemptHTTP2:   false,
+		DisableCompression:  true,
+	}
+	return &Client{
+		base:           strings.TrimRight(cfg.BaseURL, "/"),
+		connectTimeout: cfg.ConnectTimeout,
+		timeout:        cfg.Timeout,
+		http: &http.Client{
+			Transport: tr,
+			// A redirect is answered as is (E901), never followed: following
+			// it could apply the transfer twice.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}, nil
+}
+
+// CloseIdle closes idle pooled connections.
+func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
+
+var (
+	errConnectTimeout = errors.New("connect timeout")
+	errTimeout        = errors.New("timeout")
+)
+
+// exchange performs one HTTP request under the timing rule: obtaining a
+// connection is bounded by the connect timeout, the rest of the exchange
+// (body included) by the timeout. connected reports whether a connection was
+// ever obtained; when in doubt it says true, which only ever turns an E902
+// into the safe E901.
+func (c *Client) exchange(ctx context.Context, method, url string, body []byte) (status int, respBody []byte, connected bool, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var got atomic.Bool
+	var mu sync.Mutex
+	var exchangeTimer *time.Timer
+	connectTimer := time.AfterFunc(c.connectTimeout, func() { cancel(errConnectTimeout) })
+	defer func() {
+		connectTimer.Stop()
+		mu.Lock()
+		if exchangeTimer != nil {
+			exchangeTimer.Stop()
+		}
+		mu.Unlock()
+	}()
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+		if got.CompareAndSwap(false, true) {
+			connectTimer.Stop()
+			mu.Lock()
+			exchangeTimer = time.AfterFunc(c.timeout, func() { cancel(errTimeout) })
+			mu.Unlock()
+		}
+	}}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, url, rd)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w (%v)", cause, err)
+		}
+		return 0, nil, got.Load(), err
+	}
+	defer resp.Body.Close()
+	respBody, err = io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			err = fmt.Errorf("%w reading body (%v)", cause, err)
+		}
+		return resp.StatusCode, nil, true, err
+	}
+	return resp.StatusCode, respBody, true, nil
+}
+
+// Transfer sends one POST /v1/transfers and maps the answer. It never
+// repeats the request. The caller's ctx should not be tied to the channel's
+// connection: a hang-up must not cancel a transfer in flight.
+func (c *Client) Transfer(ctx context.Context, tr TransferRequest) Result {
+	payload, err := json.Marshal(tr)
+	if err != nil {
+		// Cannot happen for these field types; nothing was sent.
+		return Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, Detail: "encode: " + err.Error()}
+	}
+	status, body, connected, err := c.exchange(ctx, http.MethodPost, c.base+"/v1/transfers", payload)
+	if err != nil {
+		if !connected {
+			return Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, Detail: "no connection: " + err.Error()}
+		}
+		return unknown(status, "after connecting: "+err.Error())
+	}
+	switch {
+	case status == http.StatusOK:
+		b, err := appliedBody(body, tr.GUID)
+		if err != nil {
+			return unknown(status, err.Error())
+		}
+		return Result{State: dedup.StateDone, Code: dedup.CodeOK, Body: b, Status: status}
+	case status == http.StatusInternalServerError:
+		return Result{State: dedup.StateDone, Code: dedup.CodeCoreFailed, Status: status}
+	case status >= 400 && status < 500:
+		var rej struct {
+			Code string `json:"code"`
+		}
+		if json.Unmarshal(body, &rej) == nil && dedup.IsBusinessReject(rej.Code) {
+			return Result{State: dedup.StateDone, Code: rej.Code, Status: status}
+		}
+		return unknown(status, fmt.Sprintf("HTTP %d without a B2xx code", status))
+	default:
+		return unknown(status, fmt.Sprintf("unexpected HTTP %d", status))
+	}
+}
+
+func unknown(status int, detail string) Result {
+	return Result{State: dedup.StateUnknown, Code: dedup.CodeUnknown, Status: status, Detail: detail}
+}
+
+// appliedBody reads the core's applied-transfer JSON and builds the 45-byte
+// reply body from it. The JSON must carry ref, balance and processed_at, and
+// a guid, if present, must be the expected one.
+func appliedBody(body []byte, guid string) ([]byte, error) {
+	var a struct {
+		GUID        *string `json:"guid"`
+		Ref         *string `json:"ref"`
+		Balance     *int64  `json:"balance"`
+		ProcessedAt *string `json:"processed_at"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil {
+		return nil, fmt.Errorf("unreadable 200: %v", err)
+	}
+	if a.Ref == nil || a.Balance == nil || a.ProcessedAt == nil {
+		return nil, errors.New("200 without ref, balance or processed_at")
+	}
+	if a.GUID != nil && *a.GUID != guid {
+		return nil, fmt.Errorf("200 names another GUID %q", *a.GUID)
+	}
+	b, err := lhstd.TransferResponseBody(*a.Ref, *a.Balance, *a.ProcessedAt)
+	if err != nil {
+		return nil, fmt.Errorf("unusable 200: %v", err)
+	}
+	return b, nil
+}
+
+// Lookup asks the core whether it applied guid (GET /v1/transfers/{guid}).
+// Only a 200 with a readable body and a 404 whose code is NOT_FOUND are
+// proof; anything else is Undetermined.
+func (c *Client) Lookup(ctx context.Context, guid string) LookupResult {
+	if !lhstd.IsGUID(guid) {
+		return LookupResult{Detail: "not a GUID"}
+	}
+	status, body, _, err := c.exchange(ctx, http.MethodGet, c.base+"/v1/transfers/"+guid, nil)
+	if err != nil {
+		return LookupResult{Status: status, Detail: err.Error()}
+	}
+	switch status {
+	case http.StatusOK:
+		b, err := appliedBody(body, guid)
+		if err != nil {
+			return LookupResult{Status: status, Detail: err.Error()}
+		}
+		return LookupResult{Verdict: Found, Body: b, Status: status}
+	case http.StatusNotFound:
+		var nf struct {
+			Code string `json:"code"`
+		}
+		if json.Unmarshal(body, &nf) == nil && nf.Code == "NOT_FOUND" {
+			return LookupResult{Verdict: NotFound, Status: status}
+		}
+		return LookupResult{Status: status, Detail: "404 without code NOT_FOUND (wrong --core URL?)"}
+	default:
+		return LookupResult{Status: status, Detail: fmt.Sprintf("unexpected HTTP %d", status)}
+	}
+}

@@ -1,0 +1,239 @@
+package coreapi
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"dedup"
+	"dedup/fakecore"
+)
+
+var ctx = context.Background()
+
+const g1 = "20261129MOB000000000000000000001"
+
+func transfer(memo string) TransferRequest {
+	return TransferRequest{GUID: g1, From: "11020030004001", To: "11020030004002", Amount: 150000, Memo: memo}
+}
+
+func newClient(t *testing.T, url string, timeout time.Duration) *Client {
+	t.Helper()
+	c, err := New(Config{BaseURL: url, ConnectTimeout: time.Second, Timeout: timeout})
+	assert.NilError(t, err)
+	t.Cleanup(c.CloseIdle)
+	return c
+}
+
+func startFixture(t *testing.T, slow time.Duration) *fakecore.Server {
+	t.Helper()
+	core, err := fakecore.New(fakecore.Config{Slow: slow})
+	assert.NilError(t, err)
+	s, err := fakecore.Listen(core, "127.0.0.1:0")
+	assert.NilError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestTransferAgainstFixture(t *testing.T) {
+	s := startFixture(t, 2*time.Second)
+	c := newClient(t, s.URL, 500*time.Millisecond)
+	for _, tc := range []struct {
+		memo      string
+		from, to  string
+		amount    int64
+		wantState dedup.State
+		wantCode  string
+		applied   int
+	}{
+		{"ok", "11020030004001", "11020030004002", 150000, dedup.StateDone, "0000", 1},
+		{"poor", "11020030004001", "11020030004002", 900_000_000, dedup.StateDone, "B201", 0},
+		{"nobody", "00000000000000", "11020030004002", 1, dedup.StateDone, "B202", 0},
+		{"zero", "11020030004001", "11020030004002", 0, dedup.StateDone, "B203", 0},
+		{"self", "11020030004001", "11020030004001", 1, dedup.StateDone, "B204", 0},
+		{"FAIL500", "11020030004001", "11020030004002", 1, dedup.StateDone, "E500", 0},
+		{"DROP", "11020030004001", "11020030004002", 1, dedup.StateUnknown, "E901", 0},
+		{"APPLYDROP", "11020030004001", "11020030004002", 1, dedup.StateUnknown, "E901", 1},
+		{"SLOW", "11020030004001", "11020030004002", 1, dedup.StateUnknown, "E901", 0},
+	} {
+		t.Run(tc.memo, func(t *testing.T) {
+			g := "20261129MOB0000000000000000" + tc.memo[:min(5, len(tc.memo))]
+			g = (g + "00000000")[:32]
+			r := c.Transfer(ctx, TransferRequest{GUID: g, From: tc.from, To: tc.to, Amount: tc.amount, Memo: tc.memo})
+			assert.Check(t, is.Equal(r.State, tc.wantState), r.Detail)
+			assert.Check(t, is.Equal(r.Code, tc.wantCode), r.Detail)
+			if tc.wantCode == "0000" {
+				assert.Check(t, is.Len(r.Body, 45))
+			}
+			assert.Check(t, is.Equal(s.Core.Stats().ByGUID[g], 1), "the client sent the POST more than once")
+			assert.Check(t, is.Equal(s.Core.Stats().AppliedByGUID[g], tc.applied))
+		})
+	}
+}
+
+// TestTransferAnswerMapping covers every row of core-api.md's mapping that
+// the fixture cannot produce.
+func TestTransferAnswerMapping(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		status   int
+		body     string
+		wantCode string
+	}{
+		{"200 readable", 200, `{"ref":"C000000000000042","balance":99850000,"processed_at":"20261129093001"}`, "0000"},
+		{"200 same guid", 200, `{"guid":"` + g1 + `","ref":"C1","balance":1,"processed_at":"20261129093001"}`, "0000"},
+		{"200 another guid", 200, `{"guid":"X0261129MOB000000000000000000001","ref":"C1","balance":1,"processed_at":"20261129093001"}`, "E901"},
+		{"200 not JSON", 200, `<html>`, "E901"},
+		{"200 missing ref", 200, `{"balance":1,"processed_at":"20261129093001"}`, "E901"},
+		{"200 fractional balance", 200, `{"ref":"C1","balance":1.5,"processed_at":"20261129093001"}`, "E901"},
+		{"201", 201, `{"ref":"C1","balance":1,"processed_at":"20261129093001"}`, "E901"},
+		{"204", 204, ``, "E901"},
+		{"302", 302, ``, "E901"},
+		{"400 without code", 400, `{"error":"bad"}`, "E901"},
+		{"404 bare", 404, `not found`, "E901"},
+		{"409 B-code-like", 409, `{"code":"B2X1"}`, "E901"},
+		{"422 B201", 422, `{"code":"B201"}`, "B201"},
+		{"400 B299", 400, `{"code":"B299"}`, "B299"},
+		{"500", 500, `oops`, "E500"},
+		{"502", 502, ``, "E901"},
+		{"503", 503, ``, "E901"},
+		{"504", 504, ``, "E901"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var posts atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				posts.Add(1)
+				if tc.status == 302 {
+					w.Header().Set("Location", "/v1/transfers")
+				}
+				w.WriteHeader(tc.status)
+				w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			r := newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"))
+			assert.Check(t, is.Equal(r.Code, tc.wantCode), r.Detail)
+			assert.Check(t, is.Equal(posts.Load(), int32(1)), "POSTs sent")
+		})
+	}
+}
+
+func TestTransferTruncatedBodyIsUnknown(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "200")
+		w.WriteHeader(200)
+		w.Write([]byte(`{"ref":"C1",`))
+		hangUp(w)
+	}))
+	defer srv.Close()
+	r := newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"))
+	assert.Equal(t, r.Code, "E901", r.Detail)
+}
+
+func hangUp(w http.ResponseWriter) {
+	conn, _, _ := w.(http.Hijacker).Hijack()
+	conn.Close()
+}
+
+func TestTransferConnectionRefusedIsNotSent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	r := newClient(t, "http://"+addr, time.Second).Transfer(ctx, transfer("x"))
+	assert.Equal(t, r.State, dedup.StateFailed)
+	assert.Equal(t, r.Code, "E902", r.Detail)
+}
+
+// TestTransferStalledBodyIsUnknownAfterTimeout: the timeout covers the body,
+// not only the headers.
+func TestTransferStalledBodyIsUnknownAfterTimeout(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		<-release
+	}))
+	defer srv.Close()
+	defer close(release)
+	r := newClient(t, srv.URL, 200*time.Millisecond).Transfer(ctx, transfer("x"))
+	assert.Equal(t, r.Code, "E901", r.Detail)
+}
+
+// TestNoRetryOnReusedConnectionReset: a keep-alive connection that the core
+// closes after reading the request must not make the transport replay the
+// POST.
+func TestNoRetryOnReusedConnectionReset(t *testing.T) {
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if posts.Add(1) == 2 {
+			hangUp(w)
+			return
+		}
+		w.Write([]byte(`{"ref":"C1","balance":1,"processed_at":"20261129093001"}`))
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL, time.Second)
+	assert.Equal(t, c.Transfer(ctx, transfer("x")).Code, "0000")
+	r := c.Transfer(ctx, transfer("x"))
+	assert.Equal(t, r.Code, "E901", r.Detail)
+	assert.Equal(t, posts.Load(), int32(2), "the POST was replayed")
+}
+
+func TestNoProxyFromEnvironment(t *testing.T) {
+	t.Setenv("HTTP_PROXY", "http://127.0.0.1:1")
+	t.Setenv("http_proxy", "http://127.0.0.1:1")
+	s := startFixture(t, time.Second)
+	r := newClient(t, s.URL, time.Second).Transfer(ctx, transfer("x"))
+	assert.Equal(t, r.Code, "0000", r.Detail)
+}
+
+func TestNoIdempotencyHeader(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Idempotency-Key") != "" {
+			w.WriteHeader(418)
+			return
+		}
+		w.Write([]byte(`{"ref":"C1","balance":1,"processed_at":"20261129093001"}`))
+	}))
+	defer srv.Close()
+	assert.Equal(t, newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x")).Code, "0000")
+}
+
+func TestLookup(t *testing.T) {
+	s := startFixture(t, time.Second)
+	c := newClient(t, s.URL, time.Second)
+	assert.Equal(t, c.Lookup(ctx, g1).Verdict, NotFound)
+	assert.Equal(t, c.Transfer(ctx, transfer("x")).Code, "0000")
+	l := c.Lookup(ctx, g1)
+	assert.Equal(t, l.Verdict, Found)
+	assert.Assert(t, is.Len(l.Body, 45))
+
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+	}{
+		{"bare 404", 404, "404 page not found"},
+		{"404 other code", 404, `{"code":"NOPE"}`},
+		{"500", 500, ""},
+		{"503", 503, ""},
+		{"200 unreadable", 200, "{"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.status)
+				w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			assert.Equal(t, newClient(t, srv.URL, time.Second).Lookup(ctx, g1).Verdict, Undetermined)
+		})
+	}
+}
