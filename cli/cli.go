@@ -1,0 +1,119 @@
+// Package cli holds what the binaries share on the command line: flag types
+// that accept exactly the numbers cli.md allows, parsing with exit status 2
+// on a usage error, the logger, and the version.
+package cli
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/alecthomas/kong"
+)
+
+// Version is the binaries' version, set at build time with
+// -ldflags "-X dedup/cli.Version=...".
+var Version = "dev"
+
+// Exit statuses (cli.md).
+const (
+	ExitOK      = 0
+	ExitRuntime = 1
+	ExitUsage   = 2
+)
+
+var (
+	decimalRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+	wholeRE   = regexp.MustCompile(`^[0-9]+$`)
+)
+
+// Seconds is a flag of seconds: a plain decimal number (300, 2.5). Negative
+// numbers, NaN, Inf, exponents and the empty string are usage errors.
+type Seconds time.Duration
+
+// Decode implements kong.MapperValue.
+func (s *Seconds) Decode(ctx *kong.DecodeContext) error {
+	var v string
+	if err := ctx.Scan.PopValueInto("seconds", &v); err != nil {
+		return err
+	}
+	if !decimalRE.MatchString(v) {
+		return fmt.Errorf("%q is not a number of seconds (digits, optionally with a decimal point)", v)
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f > 1e9 {
+		return fmt.Errorf("%q is out of range", v)
+	}
+	*s = Seconds(time.Duration(f * float64(time.Second)))
+	return nil
+}
+
+// D returns s as a time.Duration.
+func (s Seconds) D() time.Duration { return time.Duration(s) }
+
+// Whole is a flag holding a whole number: digits only.
+type Whole int
+
+// Decode implements kong.MapperValue.
+func (w *Whole) Decode(ctx *kong.DecodeContext) error {
+	var v string
+	if err := ctx.Scan.PopValueInto("number", &v); err != nil {
+		return err
+	}
+	if !wholeRE.MatchString(v) {
+		return fmt.Errorf("%q is not a whole number", v)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n > 1_000_000_000 {
+		return fmt.Errorf("%q is out of range", v)
+	}
+	*w = Whole(n)
+	return nil
+}
+
+// Logging are the flags every binary has for its logs.
+type Logging struct {
+	LogFormat string           `name:"log-format" enum:"text,json" default:"text" help:"Log format on stderr: text or json."`
+	Version   kong.VersionFlag `help:"Print the version and exit."`
+}
+
+// Logger returns the logger the flags ask for, writing to w.
+func (l Logging) Logger(w io.Writer) *slog.Logger {
+	if l.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// Parse parses args into flags. --help and --version print and exit 0; a
+// usage error prints one line naming the problem on stderr and exits 2.
+func Parse(name, description string, flags any, args []string) *kong.Context {
+	parser, err := kong.New(flags,
+		kong.Name(name),
+		kong.Description(description),
+		kong.Vars{"version": name + " " + Version},
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	if err != nil {
+		// A programming error in the flag struct.
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(ExitRuntime)
+	}
+	parser.Stderr = os.Stderr
+	ctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: usage error: %v (see --help)\n", name, err)
+		os.Exit(ExitUsage)
+	}
+	return ctx
+}
+
+// Fatal prints one line on stderr and exits 1 (a runtime error).
+func Fatal(name string, err error) {
+	fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
+	os.Exit(ExitRuntime)
+}

@@ -1,0 +1,239 @@
+// Package hub is the relay server (the hub, 중계): it reads request telegrams
+// from channels, decides from the ledger whether a GUID may reach the core,
+// calls the core at most once per claim, records the outcome, and replies.
+//
+// The rules it enforces are domain.md's: write before you send, claim
+// atomically, FAILED only when surely not sent, UNKNOWN never resent, record
+// then reply, and a channel that hangs up never cancels a transaction.
+package hub
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"dedup"
+	"dedup/coreapi"
+	"dedup/ledger"
+	"dedup/lhstd"
+)
+
+// Store is the part of the ledger the relay uses. *ledger.Ledger implements
+// it; the end-to-end benchmark wires an in-memory one to measure the ceiling.
+type Store interface {
+	Get(ctx context.Context, guid string) (*ledger.Row, error)
+	Claim(ctx context.Context, guid, txCode string, request []byte) (bool, error)
+	Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (int, bool, error)
+	Finish(ctx context.Context, guid string, attempt int, o ledger.Outcome) (bool, error)
+	SweepOrphans(ctx context.Context, after time.Duration) (int64, error)
+}
+
+// Core is the part of the core client the relay uses.
+type Core interface {
+	Transfer(ctx context.Context, tr coreapi.TransferRequest) coreapi.Result
+}
+
+// txn is one request's trip through the relay, for its log line.
+type txn struct {
+	req      *lhstd.Request
+	start    time.Time
+	from     string // the row's state when the request arrived ("none" if new)
+	to       string // the row's state when the reply was decided
+	attempt  int    // the claim's attempt number, or the row's attempts
+	core     time.Duration
+	detail   string
+	logLevel slog.Level
+}
+
+// Process handles one request telegram and returns the reply telegram, or
+// nil if the telegram cannot be answered (shorter than its header) and the
+// connection must be closed. It never depends on the channel's connection:
+// once called, the transaction runs to its end and its outcome is recorded.
+func (s *Server) Process(t []byte) []byte {
+	start := time.Now()
+	req, err := lhstd.ParseRequest(t)
+	if errors.Is(err, lhstd.ErrShort) {
+		s.log.Warn("unanswerable telegram, closing connection", "bytes", len(t), "error", err)
+		return nil
+	}
+	if err != nil {
+		h, _ := lhstd.ParseHeader(t)
+		s.log.Warn("tx", "guid", printable(h.GUID), "tx_code", printable(h.TxCode), "code", dedup.CodeMalformed,
+			"state", "none", "attempts", 0, "ms", ms(time.Since(start)), "detail", err.Error())
+		return lhstd.Reply(t, dedup.CodeMalformed, nil)
+	}
+	tx := &txn{req: req, start: start, from: "none", logLevel: slog.LevelInfo}
+	// A background context: neither a hang-up nor a shutdown may cut a
+	// transaction short (domain.md rule 9); the core call is bounded by the
+	// client's timeouts and ledger writes by the busy timeout.
+	reply := s.handle(context.Background(), tx)
+	s.logTx(tx, reply)
+	return reply
+}
+
+func (s *Server) logTx(tx *txn, reply []byte) {
+	state := tx.from
+	if tx.to != "" && tx.to != tx.from {
+		state = tx.from + "->" + tx.to
+	}
+	args := []any{
+		"guid", tx.req.GUID, "tx_code", tx.req.TxCode, "channel", tx.req.Channel,
+		"code", lhstd.ReplyCode(reply), "state", state, "attempts", tx.attempt,
+		"ms", ms(time.Since(tx.start)),
+	}
+	if tx.core > 0 {
+		args = append(args, "core_ms", ms(tx.core))
+	}
+	if tx.detail != "" {
+		args = append(args, "detail", tx.detail)
+	}
+	s.log.Log(context.Background(), tx.logLevel, "tx", args...)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// printable keeps a malformed header field safe to log.
+func printable(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	return string(b)
+}
+
+func (tx *txn) fail(level slog.Level, detail string) {
+	tx.logLevel = max(tx.logLevel, level)
+	if tx.detail != "" {
+		tx.detail += "; "
+	}
+	tx.detail += detail
+}
+
+// replyNew answers with code built from the request just received.
+func (tx *txn) replyNew(code string) []byte { return lhstd.Reply(tx.req.Raw, code, nil) }
+
+func (s *Server) handle(ctx context.Context, tx *txn) []byte {
+	guid := tx.req.GUID
+	row, err := s.store.Get(ctx, guid)
+	if err != nil {
+		tx.fail(slog.LevelError, "ledger read failed, not sent: "+err.Error())
+		return tx.replyNew(dedup.CodeNotSent)
+	}
+	// A new GUID: claim it. If the claim loses, someone else's row exists;
+	// if that row is gone when read (purged meanwhile), claim once more.
+	for try := 0; row == nil && try < 2; try++ {
+		claimed, err := s.store.Claim(ctx, guid, tx.req.TxCode, tx.req.Raw)
+		if err != nil {
+			tx.fail(slog.LevelError, "claim failed, not sent: "+err.Error())
+			return tx.replyNew(dedup.CodeNotSent)
+		}
+		if claimed {
+			tx.to = string(dedup.StateSent)
+			return s.send(ctx, tx, 1, tx.req.Raw)
+		}
+		if row, err = s.store.Get(ctx, guid); err != nil {
+			tx.fail(slog.LevelError, "ledger read failed, not sent: "+err.Error())
+			return tx.replyNew(dedup.CodeNotSent)
+		}
+	}
+	if row == nil {
+		tx.fail(slog.LevelError, "GUID could be neither claimed nor read, not sent")
+		return tx.replyNew(dedup.CodeNotSent)
+	}
+	return s.answerExisting(ctx, tx, row, true)
+}
+
+// answerExisting answers a GUID that has a row. A FAILED/E902 row is
+// reclaimed and sent again if mayReclaim.
+func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, mayReclaim bool) []byte {
+	tx.from, tx.to, tx.attempt = string(row.State), string(row.State), row.Attempts
+	if !lhstd.SameRequest(row.Request, tx.req.Raw) {
+		tx.fail(slog.LevelWarn, "GUID reused for a different request (channel bug); nothing changed")
+		return tx.replyNew(dedup.CodeGUIDReused)
+	}
+	switch row.State {
+	case dedup.StateSent, dedup.StateReceived:
+		return tx.replyNew(dedup.CodeInProgress)
+	case dedup.StateUnknown:
+		return tx.replyNew(dedup.CodeUnknown)
+	case dedup.StateDone:
+		if row.Response != nil {
+			return row.Response // byte for byte, the first request's sent_at included
+		}
+		// A DONE row written by another tool without a stored reply.
+		if row.RspCode != dedup.CodeOK && len(row.RspCode) == 4 {
+			return tx.replyNew(row.RspCode)
+		}
+		tx.fail(slog.LevelError, "DONE row without a stored reply; answering E901")
+		return tx.replyNew(dedup.CodeUnknown)
+	case dedup.StateFailed:
+		if row.RspCode != dedup.CodeNotSent || !mayReclaim {
+			return tx.replyNew(dedup.CodeNotSent)
+		}
+		attempt, claimed, err := s.store.Reclaim(ctx, tx.req.GUID, tx.req.Raw, 0)
+		if err != nil {
+			tx.fail(slog.LevelError, "reclaim failed, not sent: "+err.Error())
+			return tx.replyNew(dedup.CodeNotSent)
+		}
+		if !claimed {
+			// Someone else reclaimed it first: answer from what it is now.
+			now, err := s.store.Get(ctx, tx.req.GUID)
+			if err != nil || now == nil {
+				tx.fail(slog.LevelError, "lost the reclaim and cannot read the row; not sent")
+				return tx.replyNew(dedup.CodeNotSent)
+			}
+			return s.answerExisting(ctx, tx, now, false)
+		}
+		stored := row.Request
+		if stored == nil {
+			stored = tx.req.Raw // the reclaim stored the received request
+		}
+		tx.to = string(dedup.StateSent)
+		return s.send(ctx, tx, attempt, stored)
+	}
+	tx.fail(slog.LevelError, "row in unknown state "+string(row.State))
+	return tx.replyNew(dedup.CodeUnknown)
+}
+
+// send calls the core for a claim this relay holds, records the outcome
+// (fenced on attempt) and returns the reply. stored is the row's stored
+// request: a DONE reply is built from it, so the channel gets exactly the
+// telegram that retransmissions will get.
+func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte) []byte {
+	tx.attempt = attempt
+	coreStart := time.Now()
+	res := s.core.Transfer(ctx, coreapi.NewTransferRequest(tx.req))
+	tx.core = time.Since(coreStart)
+	if res.Detail != "" {
+		tx.fail(slog.LevelWarn, res.Detail)
+	}
+	out := ledger.Outcome{State: res.State, RspCode: res.Code}
+	var reply []byte
+	if res.State == dedup.StateDone {
+		reply = lhstd.Reply(stored, res.Code, res.Body)
+		out.Response = reply
+	} else {
+		reply = tx.replyNew(res.Code)
+	}
+	recorded, err := s.store.Finish(ctx, tx.req.GUID, attempt, out)
+	if err == nil && recorded {
+		tx.to = string(res.State)
+		return reply
+	}
+	// Record, then reply (domain.md rule 10): the outcome is not in the
+	// ledger, so the row will be settled by inquiry. Tell the channel the
+	// truth where it is known (applied) and "unknown" otherwise: a channel
+	// told "rejected" must never see the transfer applied later.
+	if err != nil {
+		tx.fail(slog.LevelError, "outcome "+res.Code+" not recorded: "+err.Error())
+	} else {
+		tx.fail(slog.LevelError, "outcome "+res.Code+" not recorded: the row is no longer this claim's (fenced)")
+	}
+	if res.Applied() {
+		return reply
+	}
+	return tx.replyNew(dedup.CodeUnknown)
+}

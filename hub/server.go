@@ -1,0 +1,266 @@
+package hub
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"dedup/lhstd"
+)
+
+// Defaults of the wire protocol (lhstd.md, cli.md).
+const (
+	// FrameTimeout bounds the arrival of a whole frame once its first byte
+	// has arrived.
+	FrameTimeout = 10 * time.Second
+	// WriteTimeout bounds the one write of a reply frame.
+	WriteTimeout = 10 * time.Second
+	// SweepInterval is how often the orphan sweep runs while serving.
+	SweepInterval = 10 * time.Second
+)
+
+// Config configures a Server.
+type Config struct {
+	Store       Store
+	Core        Core
+	Logger      *slog.Logger
+	IdleTimeout time.Duration // an idle channel connection is closed after it
+	OrphanAfter time.Duration // SENT/RECEIVED rows older than this are swept to UNKNOWN
+	// FrameTimeout, WriteTimeout and SweepInterval default to the package
+	// constants; tests shorten them.
+	FrameTimeout  time.Duration
+	WriteTimeout  time.Duration
+	SweepInterval time.Duration
+}
+
+// Server is the relay server. Create it with New, then Serve.
+type Server struct {
+	store        Store
+	core         Core
+	log          *slog.Logger
+	idleTimeout  time.Duration
+	frameTimeout time.Duration
+	writeTimeout time.Duration
+	orphanAfter  time.Duration
+	sweepEvery   time.Duration
+
+	shuttingDown atomic.Bool
+	mu           sync.Mutex
+	listeners    map[net.Listener]struct{}
+	conns        map[net.Conn]struct{}
+	connWG       sync.WaitGroup
+	sweeping     atomic.Bool
+	stopSweep    chan struct{}
+	sweepDone    chan struct{}
+}
+
+// New returns a server for cfg.
+func New(cfg Config) *Server {
+	s := &Server{
+		store: cfg.Store, core: cfg.Core, log: cfg.Logger,
+		idleTimeout: cfg.IdleTimeout, frameTimeout: cfg.FrameTimeout, writeTimeout: cfg.WriteTimeout,
+		orphanAfter: cfg.OrphanAfter, sweepEvery: cfg.SweepInterval,
+		listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
+		stopSweep: make(chan struct{}), sweepDone: make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.idleTimeout <= 0 {
+		s.idleTimeout = 300 * time.Second
+	}
+	if s.frameTimeout <= 0 {
+		s.frameTimeout = FrameTimeout
+	}
+	if s.writeTimeout <= 0 {
+		s.writeTimeout = WriteTimeout
+	}
+	if s.sweepEvery <= 0 {
+		s.sweepEvery = SweepInterval
+	}
+	return s
+}
+
+// SweepOrphans moves SENT/RECEIVED rows older than the orphan bound to
+// UNKNOWN, so that resolve settles them by inquiry. The relay runs it before
+// it starts listening and then every sweep interval.
+func (s *Server) SweepOrphans(ctx context.Context) error {
+	if s.orphanAfter <= 0 {
+		return nil
+	}
+	n, err := s.store.SweepOrphans(ctx, s.orphanAfter)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		s.log.Warn("orphan sweep: SENT/RECEIVED rows moved to UNKNOWN for resolve to settle", "rows", n, "older_than_s", s.orphanAfter.Seconds())
+	}
+	return nil
+}
+
+// StartSweeper runs the orphan sweep every sweep interval until Shutdown.
+func (s *Server) StartSweeper() {
+	if s.sweeping.Swap(true) {
+		return
+	}
+	go func() {
+		defer close(s.sweepDone)
+		t := time.NewTicker(s.sweepEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stopSweep:
+				return
+			case <-t.C:
+				if err := s.SweepOrphans(context.Background()); err != nil {
+					s.log.Error("orphan sweep failed", "error", err)
+				}
+			}
+		}
+	}()
+}
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = errors.New("hub: server closed")
+
+// Serve accepts channel connections on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.shuttingDown.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if s.shuttingDown.Load() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || isTemporary(err) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed, retrying", "error", err, "backoff", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		if !s.track(c) {
+			c.Close()
+			return ErrServerClosed
+		}
+		go s.serveConn(c)
+	}
+}
+
+func isTemporary(err error) bool {
+	// EMFILE and friends: wait and retry rather than give up serving.
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+func (s *Server) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shuttingDown.Load() {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.connWG.Add(1)
+	return true
+}
+
+func (s *Server) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.connWG.Done()
+}
+
+// serveConn reads frames one after another and writes each reply before
+// reading the next frame.
+func (s *Server) serveConn(c net.Conn) {
+	defer s.untrack(c)
+	defer c.Close()
+	remote := c.RemoteAddr().String()
+	br := bufio.NewReader(c)
+	for {
+		// Idle: wait for the first byte of the next frame. Setting the
+		// deadline before checking for shutdown means Shutdown's "deadline
+		// now" cannot be overwritten unnoticed.
+		c.SetReadDeadline(time.Now().Add(s.idleTimeout))
+		if s.shuttingDown.Load() {
+			return
+		}
+		if _, err := br.Peek(1); err != nil {
+			if !errors.Is(err, io.EOF) && !s.shuttingDown.Load() {
+				s.log.Info("channel connection closed", "remote", remote, "reason", err)
+			}
+			return
+		}
+		c.SetReadDeadline(time.Now().Add(s.frameTimeout))
+		t, err := lhstd.ReadFrame(br)
+		if err != nil {
+			s.log.Warn("bad or incomplete frame, closing connection without reply", "remote", remote, "error", err)
+			return
+		}
+		reply := s.Process(t)
+		if reply == nil {
+			return
+		}
+		c.SetWriteDeadline(time.Now().Add(s.writeTimeout))
+		if _, err := c.Write(lhstd.AppendFrame(make([]byte, 0, lhstd.LengthFieldLen+len(reply)), reply)); err != nil {
+			// The outcome is already recorded; the channel will retransmit
+			// and get it from the ledger.
+			s.log.Info("reply not delivered, channel gone", "remote", remote, "guid", string(reply[:32]), "error", err)
+			return
+		}
+	}
+}
+
+// Shutdown stops accepting, closes idle connections, and waits until every
+// transaction in flight has been recorded and its reply written, or until
+// ctx ends. It stops the orphan sweeper too.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	first := !s.shuttingDown.Swap(true)
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		// Wakes connections waiting for a frame; a connection processing
+		// a transaction finishes it, writes the reply, then sees the flag.
+		c.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	if first {
+		close(s.stopSweep)
+	}
+	done := make(chan struct{})
+	go func() { s.connWG.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if s.sweeping.Load() {
+		select {
+		case <-s.sweepDone:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

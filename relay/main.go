@@ -1,0 +1,120 @@
+// Command relay is the dedup relay: it stands between channels and the core
+// banking system and makes sure a transfer retransmitted with the same GUID
+// is never applied twice. See README.md and spec cli.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"dedup/cli"
+	"dedup/coreapi"
+	"dedup/hub"
+	"dedup/ledger"
+)
+
+type flags struct {
+	DB             string      `name:"db" default:"relay.db" help:"Ledger path (SQLite, on a local file system)."`
+	Listen         string      `name:"listen" default:"127.0.0.1:9101" help:"TCP address for channels (lhstd frames); port 0 picks a free port."`
+	Core           string      `name:"core" default:"http://127.0.0.1:9201" help:"The core's base URL."`
+	Timeout        cli.Seconds `name:"timeout" default:"3" help:"Seconds for the whole exchange with the core once connected; then E901."`
+	ConnectTimeout cli.Seconds `name:"connect-timeout" default:"1" help:"Seconds to obtain a connection to the core; then E902."`
+	OrphanAfter    cli.Seconds `name:"orphan-after" default:"60" help:"Seconds after which a SENT/RECEIVED row is orphaned and swept to UNKNOWN; at least connect-timeout + timeout + 7."`
+	IdleTimeout    cli.Seconds `name:"idle-timeout" default:"300" help:"Seconds an idle channel connection is kept."`
+	Synchronous    string      `name:"synchronous" enum:"full,normal" default:"full" help:"SQLite durability of each commit: full or normal."`
+	cli.Logging
+}
+
+func (f *flags) Validate() error {
+	for name, v := range map[string]cli.Seconds{"--timeout": f.Timeout, "--connect-timeout": f.ConnectTimeout, "--orphan-after": f.OrphanAfter, "--idle-timeout": f.IdleTimeout} {
+		if v <= 0 {
+			return fmt.Errorf("%s must be greater than 0", name)
+		}
+	}
+	// An orphan must be older than any claim can live: connect timeout +
+	// timeout + the 5 s busy timeout + 2 s for whole-second timestamps.
+	if min := f.ConnectTimeout.D() + f.Timeout.D() + ledger.BusyTimeout + 2*time.Second; f.OrphanAfter.D() < min {
+		return fmt.Errorf("--orphan-after must be at least --connect-timeout + --timeout + 7 = %gs", min.Seconds())
+	}
+	return nil
+}
+
+func main() {
+	var f flags
+	cli.Parse("relay", "The dedup relay: forwards each GUID to the core at most once.", &f, os.Args[1:])
+	log := f.Logger(os.Stderr)
+	os.Exit(run(&f, log))
+}
+
+func run(f *flags, log *slog.Logger) int {
+	l, err := ledger.Open(f.DB, ledger.Options{Synchronous: f.Synchronous})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
+		return cli.ExitRuntime
+	}
+	defer l.Close()
+	core, err := coreapi.New(coreapi.Config{BaseURL: f.Core, ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
+		return cli.ExitRuntime
+	}
+	srv := hub.New(hub.Config{Store: l, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D()})
+
+	// Orphans first: a row left SENT by a crash must not answer E903 forever.
+	if err := srv.SweepOrphans(context.Background()); err != nil {
+		fmt.Fprintf(os.Stderr, "relay: error: ledger %s: %v\n", f.DB, err)
+		return cli.ExitRuntime
+	}
+	ln, err := net.Listen("tcp", f.Listen)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
+		return cli.ExitRuntime
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	srv.StartSweeper()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("relay started", "listen", ln.Addr().String(), "db", f.DB, "core", f.Core,
+		"timeout_s", f.Timeout.D().Seconds(), "connect_timeout_s", f.ConnectTimeout.D().Seconds(),
+		"orphan_after_s", f.OrphanAfter.D().Seconds(), "idle_timeout_s", f.IdleTimeout.D().Seconds(),
+		"synchronous", f.Synchronous, "version", cli.Version)
+	// Scripts that pass port 0 read the port from this plain line.
+	fmt.Fprintf(os.Stderr, "listening addr=%s\n", ln.Addr().String())
+
+	select {
+	case err := <-served:
+		log.Error("relay stopped serving", "error", err)
+		return cli.ExitRuntime
+	case <-ctx.Done():
+	}
+	stop()
+	// A second signal exits at once.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-again
+		fmt.Fprintln(os.Stderr, "relay: second signal, exiting at once")
+		os.Exit(cli.ExitRuntime)
+	}()
+	bound := f.ConnectTimeout.D() + f.Timeout.D() + ledger.BusyTimeout + time.Second
+	log.Info("relay stopping: no new connections; finishing transactions in flight", "bound_s", bound.Seconds())
+	sctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Error("relay stopped before every transaction in flight finished", "error", err)
+		return cli.ExitRuntime
+	}
+	if err := l.Close(); err != nil {
+		log.Error("closing the ledger failed", "db", f.DB, "error", err)
+		return cli.ExitRuntime
+	}
+	log.Info("relay stopped cleanly")
+	return cli.ExitOK
+}
