@@ -117,3 +117,38 @@ func Fatal(name string, err error) {
 	fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
 	os.Exit(ExitRuntime)
 }
+
+// CoreFlags are the flags of a binary that calls the core.
+type CoreFlags struct {
+	Core           string  `name:"core" default:"http://127.0.0.1:9201" help:"The core's base URL."`
+	Timeout        Seconds `name:"timeout" default:"3" help:"Seconds for the whole exchange with the core once connected."`
+	ConnectTimeout Seconds `name:"connect-timeout" default:"1" help:"Seconds to obtain a connection to the core."`
+}
+
+// Validate checks that the timeouts are greater than 0.
+func (c CoreFlags) Validate() error {
+	if c.Timeout <= 0 {
+		return fmt.Errorf("--timeout must be greater than 0")
+	}
+	if c.ConnectTimeout <= 0 {
+		return fmt.Errorf("--connect-timeout must be greater than 0")
+	}
+	return nil
+}
+
+// Summary is a batch job's result: its String is the job's last stdout line.
+type Summary interface{ String() string }
+
+// FinishJob prints a batch job's summary as the last line on stdout and
+// returns the exit status: 0 if the job ran to its end, 1 (with one line on
+// stderr naming the cause) if it failed midway.
+func FinishJob(name string, sum Summary, err error) int {
+	if sum != nil {
+		fmt.Fprintln(os.Stdout, sum.String())
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
+		return ExitRuntime
+	}
+	return ExitOK
+}

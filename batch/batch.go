@@ -1,0 +1,191 @@
+// Package batch implements the jobs operators run from cron and runbooks:
+// resolve (settle UNKNOWN rows by inquiry), reprocess (resend what surely
+// never reached the core) and purge (forget old DONE rows). See spec cli.md
+// and ledger.md.
+package batch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"dedup"
+	"dedup/coreapi"
+	"dedup/ledger"
+	"dedup/lhstd"
+)
+
+// ResolveSummary counts one resolve run.
+type ResolveSummary struct {
+	Candidates, Done, Failed, Left int
+}
+
+func (s ResolveSummary) String() string {
+	return fmt.Sprintf("resolve: candidates=%d done=%d failed=%d left=%d", s.Candidates, s.Done, s.Failed, s.Left)
+}
+
+// Resolve settles every UNKNOWN row not updated for minAge by inquiry: 200
+// → DONE/0000 with the reply the relay would have sent, 404 NOT_FOUND →
+// FAILED/E902, anything else leaves the row as it is. Each change is fenced
+// on the row as selected. It never sends a transfer. A ledger error ends the
+// run with the summary so far.
+func Resolve(ctx context.Context, l *ledger.Ledger, core *coreapi.Client, minAge time.Duration, log *slog.Logger) (ResolveSummary, error) {
+	rows, err := l.SelectUnknown(ctx, minAge)
+	if err != nil {
+		return ResolveSummary{}, err
+	}
+	sum := ResolveSummary{Candidates: len(rows)}
+	for _, row := range rows {
+		if err := ctx.Err(); err != nil {
+			sum.Left = sum.Candidates - sum.Done - sum.Failed
+			return sum, fmt.Errorf("interrupted: %w", err)
+		}
+		var out ledger.Outcome
+		lk := core.Lookup(ctx, row.GUID)
+		switch lk.Verdict {
+		case coreapi.Found:
+			if len(row.Request) < lhstd.HeaderLen {
+				log.Error("resolve: core applied it, but the row has no stored request to build the reply from; left for an operator", "guid", row.GUID)
+				continue
+			}
+			out = ledger.Outcome{State: dedup.StateDone, RspCode: dedup.CodeOK, Response: lhstd.Reply(row.Request, dedup.CodeOK, lk.Body)}
+		case coreapi.NotFound:
+			out = ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent}
+		default:
+			log.Warn("resolve: no proof either way; row left as it is", "guid", row.GUID, "status", lk.Status, "detail", lk.Detail)
+			continue
+		}
+		recorded, err := l.Settle(ctx, row, out)
+		if err != nil {
+			sum.Left = sum.Candidates - sum.Done - sum.Failed
+			return sum, err
+		}
+		if !recorded {
+			log.Warn("resolve: row changed since it was selected; left to its new holder", "guid", row.GUID, "attempts", row.Attempts, "updated_at", row.UpdatedAt)
+			continue
+		}
+		log.Info("resolve: settled", "guid", row.GUID, "state", "UNKNOWN->"+string(out.State), "code", out.RspCode, "attempts", row.Attempts)
+		if out.State == dedup.StateDone {
+			sum.Done++
+		} else {
+			sum.Failed++
+		}
+	}
+	sum.Left = sum.Candidates - sum.Done - sum.Failed
+	return sum, nil
+}
+
+// ReprocessSummary counts one reprocess run (cli.md defines every count).
+type ReprocessSummary struct {
+	Candidates, Sent, Done, Unknown, Failed, Skipped, Exhausted int
+}
+
+func (s ReprocessSummary) String() string {
+	return fmt.Sprintf("reprocess: candidates=%d sent=%d done=%d unknown=%d failed=%d skipped=%d exhausted=%d",
+		s.Candidates, s.Sent, s.Done, s.Unknown, s.Failed, s.Skipped, s.Exhausted)
+}
+
+// Reprocess resends, with its own GUID and its stored request, every
+// FAILED/E902 row with fewer than maxAttempts attempts: reclaim (atomic,
+// attempts + 1), one send, the outcome recorded fenced on the attempt.
+// UNKNOWN rows are never candidates.
+func Reprocess(ctx context.Context, l *ledger.Ledger, core *coreapi.Client, maxAttempts int, log *slog.Logger) (ReprocessSummary, error) {
+	rows, err := l.SelectFailed(ctx, maxAttempts)
+	if err != nil {
+		return ReprocessSummary{}, err
+	}
+	sum := ReprocessSummary{Candidates: len(rows)}
+	finish := func() (ReprocessSummary, error) {
+		n, err := l.CountExhausted(context.WithoutCancel(ctx), maxAttempts)
+		sum.Exhausted = n
+		return sum, err
+	}
+	for _, row := range rows {
+		if err := ctx.Err(); err != nil {
+			s, _ := finish()
+			return s, fmt.Errorf("interrupted: %w", err)
+		}
+		if row.Request == nil {
+			sum.Skipped++
+			log.Warn("reprocess: no stored request; skipped, an operator must review", "guid", row.GUID)
+			continue
+		}
+		req, err := lhstd.ParseRequest(row.Request)
+		if err != nil || req.GUID != row.GUID {
+			sum.Skipped++
+			log.Error("reprocess: stored request is not a valid request for this GUID; skipped, an operator must review", "guid", row.GUID, "error", err)
+			continue
+		}
+		attempt, claimed, err := l.Reclaim(ctx, row.GUID, nil, maxAttempts)
+		if err != nil {
+			s, _ := finish()
+			return s, err
+		}
+		if !claimed {
+			sum.Skipped++
+			log.Info("reprocess: row reclaimed by someone else first; skipped", "guid", row.GUID)
+			continue
+		}
+		sum.Sent++
+		start := time.Now()
+		// Once reclaimed, the send and its record run to the end even if
+		// the job is interrupted.
+		res := core.Transfer(context.WithoutCancel(ctx), coreapi.NewTransferRequest(req))
+		out := ledger.Outcome{State: res.State, RspCode: res.Code}
+		if res.State == dedup.StateDone {
+			out.Response = lhstd.Reply(row.Request, res.Code, res.Body)
+		}
+		recorded, err := l.Finish(context.WithoutCancel(ctx), row.GUID, attempt, out)
+		args := []any{"guid", row.GUID, "code", res.Code, "attempts", attempt, "ms", time.Since(start).Milliseconds()}
+		if res.Detail != "" {
+			args = append(args, "detail", res.Detail)
+		}
+		switch {
+		case err != nil || !recorded:
+			sum.Unknown++
+			log.Error("reprocess: outcome not recorded; the row will be settled by inquiry", append(args, "error", err)...)
+			if err != nil {
+				s, _ := finish()
+				return s, err
+			}
+			continue
+		case res.State == dedup.StateDone:
+			sum.Done++
+		case res.State == dedup.StateUnknown:
+			sum.Unknown++
+		default:
+			sum.Failed++
+		}
+		log.Info("reprocess: sent", append(args, "state", "FAILED->"+string(res.State))...)
+	}
+	return finish()
+}
+
+// PurgeSummary counts one purge run.
+type PurgeSummary struct{ Deleted int64 }
+
+func (s PurgeSummary) String() string { return fmt.Sprintf("purge: deleted=%d", s.Deleted) }
+
+// PurgeBatchSize is how many rows one purge transaction deletes: small
+// enough that a relay's claim never waits long behind it.
+const PurgeBatchSize = 1000
+
+// Purge deletes DONE rows not updated for days days, in batches. Every other
+// state is kept whatever its age: it is the evidence for investigation.
+func Purge(ctx context.Context, l *ledger.Ledger, days int, log *slog.Logger) (PurgeSummary, error) {
+	var sum PurgeSummary
+	for {
+		if err := ctx.Err(); err != nil {
+			return sum, fmt.Errorf("interrupted: %w", err)
+		}
+		n, err := l.PurgeBatch(ctx, days, PurgeBatchSize)
+		if err != nil {
+			return sum, err
+		}
+		sum.Deleted += n
+		if n < PurgeBatchSize {
+			return sum, nil
+		}
+	}
+}

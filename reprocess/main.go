@@ -1,0 +1,59 @@
+// Command reprocess resends, under their own GUIDs, the transfers the ledger
+// knows surely never reached the core (FAILED/E902), up to --max-attempts
+// attempts in all. It never touches UNKNOWN rows.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"dedup/batch"
+	"dedup/cli"
+	"dedup/coreapi"
+	"dedup/ledger"
+)
+
+type flags struct {
+	DB          string    `name:"db" default:"relay.db" help:"Ledger path."`
+	MaxAttempts cli.Whole `name:"max-attempts" default:"3" help:"Attempts in all (the relay's own included) after which a row is left for an operator."`
+	cli.CoreFlags
+	cli.Logging
+}
+
+func (f *flags) Validate() error {
+	if f.MaxAttempts < 1 {
+		return fmt.Errorf("--max-attempts must be at least 1")
+	}
+	return nil
+}
+
+func main() {
+	var f flags
+	cli.Parse("reprocess", "Resend FAILED/E902 rows (surely not sent) with their own GUID and stored request.", &f, os.Args[1:])
+	log := f.Logger(os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	l, err := ledger.Open(f.DB, ledger.Options{})
+	if err != nil {
+		cli.Fatal("reprocess", err)
+	}
+	defer l.Close()
+	core, err := coreapi.New(coreapi.Config{BaseURL: f.Core, ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()})
+	if err != nil {
+		cli.Fatal("reprocess", err)
+	}
+	log.Info("reprocess started", "db", f.DB, "core", f.Core, "max_attempts", int(f.MaxAttempts))
+	sum, err := batch.Reprocess(ctx, l, core, int(f.MaxAttempts), log)
+	if err != nil {
+		err = fmt.Errorf("ledger %s: %w", f.DB, err)
+	}
+	if sum.Exhausted > 0 {
+		log.Warn("reprocess: rows at the attempt limit need an operator", "exhausted", sum.Exhausted)
+	}
+	log.Info("reprocess finished", "candidates", sum.Candidates, "sent", sum.Sent, "done", sum.Done, "unknown", sum.Unknown, "failed", sum.Failed, "skipped", sum.Skipped, "exhausted", sum.Exhausted)
+	l.Close()
+	os.Exit(cli.FinishJob("reprocess", sum, err))
+}
