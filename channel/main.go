@@ -1,0 +1,211 @@
+// Command channel is a channel simulator: it sends transfer telegrams to a
+// relay the way mobile, internet banking and ATM channels do, retransmits
+// them, and drives load.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"dedup"
+	"dedup/channelsim"
+	"dedup/cli"
+	"dedup/lhstd"
+)
+
+// ExitNotOK is the exit status when a reply was not 0000 (send) or a check
+// failed (load).
+const ExitNotOK = 3
+
+type transferFlags struct {
+	Relay   string      `name:"relay" default:"127.0.0.1:9101" help:"The relay's HOST:PORT."`
+	Channel string      `name:"channel" default:"MOB" help:"Channel code, 3 characters of [0-9A-Z]."`
+	From    string      `name:"from" default:"11020030004001" help:"Debit account, 14 digits."`
+	To      string      `name:"to" default:"11020030004002" help:"Credit account, 14 digits."`
+	Amount  int64       `name:"amount" default:"150000" help:"Amount in won."`
+	Memo    string      `name:"memo" default:"" help:"Memo (CP949, at most 20 bytes). SLOW, FAIL500, DROP, APPLYDROP prefixes steer the fixture core."`
+	Timeout cli.Seconds `name:"timeout" default:"10" help:"Seconds to wait for each reply."`
+}
+
+type sendCmd struct {
+	transferFlags
+	GUID       string    `name:"guid" help:"GUID (32 of [0-9A-Za-z]); generated when omitted."`
+	SentAt     string    `name:"sent-at" help:"sent_at, YYYYMMDDhhmmss; now when omitted."`
+	Repeat     cli.Whole `name:"repeat" default:"1" help:"Send the same telegram this many times."`
+	Concurrent bool      `name:"concurrent" help:"Send the repeats all at once, each on its own connection."`
+	Raw        bool      `name:"raw" help:"Also print the frames as sent and received."`
+}
+
+type loadCmd struct {
+	transferFlags
+	Conns    cli.Whole   `name:"conns" default:"16" help:"Concurrent connections."`
+	Duration cli.Seconds `name:"duration" default:"10" help:"Seconds to run (unless --count)."`
+	Count    cli.Whole   `name:"count" default:"0" help:"Send this many telegrams, then stop (0: use --duration)."`
+	DupRatio float64     `name:"dup-ratio" default:"0" help:"Fraction (0..1) of sends that retransmit a recent GUID of another connection."`
+	Core     string      `name:"core" help:"The fixture core's URL: check /_stats for GUIDs applied more than once."`
+}
+
+type flags struct {
+	Send sendCmd `cmd:"" help:"Send one transfer (optionally repeated) and print the reply."`
+	Load loadCmd `cmd:"" help:"Drive load and report throughput, latency, replies and double applications."`
+	cli.Logging
+}
+
+func (l *loadCmd) Validate() error {
+	if l.DupRatio < 0 || l.DupRatio > 1 || l.DupRatio != l.DupRatio {
+		return fmt.Errorf("--dup-ratio must be between 0 and 1")
+	}
+	if l.Conns < 1 {
+		return fmt.Errorf("--conns must be at least 1")
+	}
+	return nil
+}
+
+func (s *sendCmd) Validate() error {
+	if s.GUID != "" && !lhstd.IsGUID(s.GUID) {
+		return fmt.Errorf("--guid must be 32 characters of [0-9A-Za-z]")
+	}
+	if s.Repeat < 1 {
+		return fmt.Errorf("--repeat must be at least 1")
+	}
+	return nil
+}
+
+func main() {
+	var f flags
+	kctx := cli.Parse("channel", "Channel simulator for the dedup relay.", &f, os.Args[1:])
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	switch kctx.Command() {
+	case "send":
+		os.Exit(send(&f.Send))
+	case "load":
+		os.Exit(load(ctx, &f.Load))
+	}
+}
+
+func send(c *sendCmd) int {
+	guid := c.GUID
+	if guid == "" {
+		guid = channelsim.NewGUID(c.Channel)
+	}
+	sentAt := c.SentAt
+	if sentAt == "" {
+		sentAt = channelsim.Now()
+	}
+	t, err := lhstd.NewTransferRequest(guid, c.Channel, sentAt, lhstd.Transfer{From: c.From, To: c.To, Amount: c.Amount, Memo: c.Memo})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "channel: usage error: %v\n", err)
+		return cli.ExitUsage
+	}
+	fmt.Printf("guid=%s from=%s to=%s amount=%d\n", guid, lhstd.MaskAccount(c.From), lhstd.MaskAccount(c.To), c.Amount)
+	if c.Raw {
+		fmt.Printf("> %s\n", lhstd.AppendFrame(nil, t))
+	}
+	n := int(c.Repeat)
+	type result struct {
+		reply []byte
+		err   error
+		took  time.Duration
+	}
+	results := make([]result, n)
+	one := func(i int) {
+		start := time.Now()
+		conn, err := channelsim.Dial(c.Relay, c.Timeout.D())
+		if err != nil {
+			results[i] = result{err: err}
+			return
+		}
+		defer conn.Close()
+		r, err := conn.RoundTrip(t)
+		results[i] = result{reply: r, err: err, took: time.Since(start)}
+	}
+	if c.Concurrent {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() { defer wg.Done(); one(i) }()
+		}
+		wg.Wait()
+	} else {
+		for i := range n {
+			one(i)
+		}
+	}
+	status := cli.ExitOK
+	for i, r := range results {
+		if r.err != nil {
+			fmt.Printf("reply %d/%d: no reply: %v\n", i+1, n, r.err)
+			status = cli.ExitRuntime
+			continue
+		}
+		fmt.Printf("reply %d/%d: %s\n", i+1, n, describe(r.reply, r.took))
+		if c.Raw {
+			fmt.Printf("< %s\n", lhstd.AppendFrame(nil, r.reply))
+		}
+		if lhstd.ReplyCode(r.reply) != dedup.CodeOK && status == cli.ExitOK {
+			status = ExitNotOK
+		}
+	}
+	return status
+}
+
+func describe(reply []byte, took time.Duration) string {
+	code := lhstd.ReplyCode(reply)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s (%.1f ms)", code, dedup.CodeMeaning(code), float64(took.Microseconds())/1000)
+	if code == dedup.CodeOK && len(reply) == lhstd.HeaderLen+lhstd.TransferResponseBodyLen {
+		if tr, err := lhstd.ParseTransferResponseBody(reply[lhstd.HeaderLen:]); err == nil {
+			fmt.Fprintf(&b, " ref=%s balance=%d processed_at=%s", tr.Ref, tr.Balance, tr.ProcessedAt)
+		}
+	}
+	if len(reply) >= lhstd.HeaderLen {
+		fmt.Fprintf(&b, " sent_at=%s", reply[48:62])
+	}
+	return b.String()
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func load(ctx context.Context, c *loadCmd) int {
+	var progress io.Writer
+	if isTerminal(os.Stderr) {
+		progress = os.Stderr
+	}
+	rep, err := channelsim.Load(ctx, channelsim.LoadConfig{
+		Relay: c.Relay, Conns: int(c.Conns), Duration: c.Duration.D(), Count: int(c.Count), DupRatio: c.DupRatio,
+		Timeout: c.Timeout.D(), Channel: c.Channel, From: c.From, To: c.To, Amount: c.Amount, Memo: c.Memo, Progress: progress,
+	})
+	if rep != nil {
+		fmt.Print(rep.String())
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "channel: error: %v\n", err)
+		return cli.ExitRuntime
+	}
+	if c.Core == "" {
+		return cli.ExitOK
+	}
+	stats, err := channelsim.FetchStats(context.Background(), c.Core)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "channel: error: %v\n", err)
+		return cli.ExitRuntime
+	}
+	cc := stats.Check(rep.GUIDs)
+	fmt.Printf("core: guids=%d applied=%d applied_twice=%d received_twice=%d\n", cc.GUIDs, cc.Applied, cc.AppliedTwice, cc.ReceivedTwice)
+	if cc.AppliedTwice > 0 {
+		fmt.Fprintf(os.Stderr, "channel: DOUBLE DEBIT: %d GUIDs applied more than once, e.g. %s\n", cc.AppliedTwice, cc.Doubles[0])
+		return ExitNotOK
+	}
+	return cli.ExitOK
+}

@@ -1,0 +1,137 @@
+// Package channelsim simulates channels (mobile, internet banking, ATM): it
+// builds transfer telegrams, sends them to a relay, retransmits them the way
+// channels do, and drives load while measuring throughput, latency and
+// whether the core ever applied a GUID twice.
+package channelsim
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"time"
+
+	"dedup/lhstd"
+)
+
+// NewGUID returns a fresh 32-character GUID: the date, the channel code and
+// 21 random digits.
+func NewGUID(channel string) string {
+	n, err := rand.Int(rand.Reader, new(big.Int).Exp(big.NewInt(10), big.NewInt(21), nil))
+	if err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return fmt.Sprintf("%s%-3.3s%021s", time.Now().Format("20060102"), channel, n.String())
+}
+
+// Now is the sent_at of a telegram sent now.
+func Now() string { return time.Now().Format("20060102150405") }
+
+// Conn is one channel connection to a relay. It sends one request at a
+// time and waits for its reply, as the protocol requires.
+type Conn struct {
+	c       net.Conn
+	br      *bufio.Reader
+	timeout time.Duration
+}
+
+// Dial connects to the relay at addr.
+func Dial(addr string, timeout time.Duration) (*Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{c: c, br: bufio.NewReader(c), timeout: timeout}, nil
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.c.Close() }
+
+// Send writes one frame holding telegram t.
+func (c *Conn) Send(t []byte) error {
+	c.c.SetWriteDeadline(time.Now().Add(c.timeout))
+	_, err := c.c.Write(lhstd.AppendFrame(nil, t))
+	return err
+}
+
+// SendRaw writes bytes as they are (for malformed frames).
+func (c *Conn) SendRaw(b []byte) error {
+	c.c.SetWriteDeadline(time.Now().Add(c.timeout))
+	_, err := c.c.Write(b)
+	return err
+}
+
+// Receive reads one reply frame.
+func (c *Conn) Receive() ([]byte, error) {
+	c.c.SetReadDeadline(time.Now().Add(c.timeout))
+	return lhstd.ReadFrame(c.br)
+}
+
+// RoundTrip sends t and waits for the reply.
+func (c *Conn) RoundTrip(t []byte) ([]byte, error) {
+	if err := c.Send(t); err != nil {
+		return nil, err
+	}
+	return c.Receive()
+}
+
+// Stats is the fixture core's GET /_stats.
+type Stats struct {
+	Transfers     int            `json:"transfers"`
+	ByGUID        map[string]int `json:"by_guid"`
+	AppliedByGUID map[string]int `json:"applied_by_guid"`
+	LookupsByGUID map[string]int `json:"lookups_by_guid"`
+}
+
+// FetchStats reads the fixture core's /_stats.
+func FetchStats(ctx context.Context, coreURL string) (*Stats, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, coreURL+"/_stats", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("core stats: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("core stats: HTTP %d", resp.StatusCode)
+	}
+	var s Stats
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		return nil, fmt.Errorf("core stats: %w", err)
+	}
+	return &s, nil
+}
+
+// CoreCheck is what the core says about a set of GUIDs.
+type CoreCheck struct {
+	GUIDs         int      // GUIDs checked
+	Applied       int      // applied at least once
+	AppliedTwice  int      // applied more than once: double debits
+	ReceivedTwice int      // POSTed more than once (may be legitimate, see core-api.md)
+	Doubles       []string // the GUIDs applied more than once
+}
+
+// Check counts, over guids, the ones the core applied or received more
+// than once.
+func (s *Stats) Check(guids []string) CoreCheck {
+	cc := CoreCheck{GUIDs: len(guids)}
+	for _, g := range guids {
+		if n := s.AppliedByGUID[g]; n > 0 {
+			cc.Applied++
+			if n > 1 {
+				cc.AppliedTwice++
+				cc.Doubles = append(cc.Doubles, g)
+			}
+		}
+		if s.ByGUID[g] > 1 {
+			cc.ReceivedTwice++
+		}
+	}
+	return cc
+}
