@@ -135,3 +135,11 @@ func (s *Stats) Check(guids []string) CoreCheck {
 	}
 	return cc
 }
+
+// CloseWrite half-closes the connection: the relay sees end of file.
+func (c *Conn) CloseWrite() error {
+	if tc, ok := c.c.(*net.TCPConn); ok {
+		return tc.CloseWrite()
+	}
+	return c.c.Close()
+}

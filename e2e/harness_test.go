@@ -1,0 +1,306 @@
+// Package e2e runs the real binaries (relay, fixturecore, resolve,
+// reprocess, purge, channel) as processes on loopback with temporary
+// ledgers, and checks the money-safety rules of domain.md from the outside.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+
+	"dedup/channelsim"
+	"dedup/lhstd"
+)
+
+// binDir holds the binaries built once by TestMain.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dedup-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	args := []string{"build", "-o", dir + "/"}
+	if os.Getenv("DEDUP_E2E_RACE") != "" {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./...")...)
+	cmd.Dir = ".."
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the binaries:", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func bin(name string) string { return filepath.Join(binDir, name) }
+
+// proc is a running binary whose stderr is kept for the test's log.
+type proc struct {
+	t      *testing.T
+	name   string
+	cmd    *exec.Cmd
+	addr   string
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	exited chan struct{}
+	err    error
+}
+
+// start runs a server binary and waits for its "listening addr=" line.
+func start(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, exited: make(chan struct{})}
+	p.cmd = exec.Command(bin(name), args...)
+	p.cmd.Env = append(os.Environ(), "HTTP_PROXY=http://127.0.0.1:9", "http_proxy=http://127.0.0.1:9")
+	pipe, err := p.cmd.StderrPipe()
+	assert.NilError(t, err)
+	assert.NilError(t, p.cmd.Start())
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		sc.Buffer(make([]byte, 64*1024), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.stderr.WriteString(line + "\n")
+			p.mu.Unlock()
+			if a, ok := strings.CutPrefix(line, "listening addr="); ok {
+				select {
+				case addrc <- a:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, pipe)
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("--- %s %v stderr:\n%s", name, args, p.log())
+		}
+	})
+	select {
+	case p.addr = <-addrc:
+	case <-p.exited:
+		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, p.log())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not print its listening line\n%s", name, p.log())
+	}
+	return p
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+func (p *proc) kill() {
+	select {
+	case <-p.exited:
+	default:
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// stop sends sig and waits for the exit, returning the exit status.
+func (p *proc) stop(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
+	assert.NilError(t, p.cmd.Process.Signal(sig))
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not exit after %v", p.name, sig)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// core is a running fixture core.
+type core struct {
+	*proc
+	url string
+}
+
+func startCore(t *testing.T, args ...string) *core {
+	t.Helper()
+	p := start(t, "fixturecore", append([]string{"--listen", "127.0.0.1:0"}, args...)...)
+	return &core{proc: p, url: "http://" + p.addr}
+}
+
+// startCoreAt starts a fixture core on a fixed address (a restart of a core
+// the relay already points at).
+func startCoreAt(t *testing.T, addr string, args ...string) *core {
+	t.Helper()
+	p := start(t, "fixturecore", append([]string{"--listen", addr}, args...)...)
+	return &core{proc: p, url: "http://" + p.addr}
+}
+
+func (c *core) stats(t *testing.T) *channelsim.Stats {
+	t.Helper()
+	s, err := channelsim.FetchStats(context.Background(), c.url)
+	assert.NilError(t, err)
+	return s
+}
+
+// post applies a transfer directly at the core, bypassing the relay.
+func (c *core) post(t *testing.T, guid string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"guid":%q,"from":"11020030004001","to":"11020030004002","amount":1000,"memo":"direct"}`, guid)
+	resp, err := http.Post(c.url+"/v1/transfers", "application/json", strings.NewReader(body))
+	assert.NilError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, resp.StatusCode, 200)
+}
+
+// freeAddr returns a loopback address nobody listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func tempDB(t *testing.T) string { return filepath.Join(t.TempDir(), "relay.db") }
+
+func startRelay(t *testing.T, db, coreURL string, args ...string) *proc {
+	t.Helper()
+	return start(t, "relay", append([]string{"--db", db, "--listen", "127.0.0.1:0", "--core", coreURL}, args...)...)
+}
+
+var guidSeq struct {
+	sync.Mutex
+	n int
+}
+
+// newGUID returns a GUID unique within this test binary run.
+func newGUID() string {
+	guidSeq.Lock()
+	defer guidSeq.Unlock()
+	guidSeq.n++
+	return fmt.Sprintf("%sE2E%013d%08d", time.Now().Format("20060102"), os.Getpid(), guidSeq.n)
+}
+
+type reqOpt func(*lhstd.Transfer, *string, *string)
+
+func memo(m string) reqOpt          { return func(tr *lhstd.Transfer, _, _ *string) { tr.Memo = m } }
+func amount(a int64) reqOpt         { return func(tr *lhstd.Transfer, _, _ *string) { tr.Amount = a } }
+func sentAt(s string) reqOpt        { return func(_ *lhstd.Transfer, at, _ *string) { *at = s } }
+func channelCode(c string) reqOpt   { return func(_ *lhstd.Transfer, _, ch *string) { *ch = c } }
+func accounts(from, to string) reqOpt {
+	return func(tr *lhstd.Transfer, _, _ *string) { tr.From, tr.To = from, to }
+}
+
+// telegram builds a TRF00001 request.
+func telegram(t *testing.T, guid string, opts ...reqOpt) []byte {
+	t.Helper()
+	tr := lhstd.Transfer{From: "11020030004001", To: "11020030004002", Amount: 150000, Memo: "e2e"}
+	at, ch := "20261129093000", "MOB"
+	for _, o := range opts {
+		o(&tr, &at, &ch)
+	}
+	tg, err := lhstd.NewTransferRequest(guid, ch, at, tr)
+	assert.NilError(t, err)
+	return tg
+}
+
+// send sends one telegram on a new connection and returns the reply.
+func send(t *testing.T, addr string, tg []byte) []byte {
+	t.Helper()
+	c, err := channelsim.Dial(addr, 30*time.Second)
+	assert.NilError(t, err)
+	defer c.Close()
+	r, err := c.RoundTrip(tg)
+	assert.NilError(t, err)
+	return r
+}
+
+func code(reply []byte) string { return lhstd.ReplyCode(reply) }
+
+// row is a ledger row read the way an operator would, with sqlite.
+type row struct {
+	State, RspCode, TxCode sql.NullString
+	Request, Response      []byte
+	Attempts               int
+	UpdatedAt              string
+}
+
+func openDB(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite3", path+"?_busy_timeout=10000&_journal_mode=WAL")
+	assert.NilError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// getRow returns guid's row, or nil.
+func getRow(t *testing.T, db *sql.DB, guid string) *row {
+	t.Helper()
+	var r row
+	err := db.QueryRow("SELECT tx_code, state, rsp_code, request, response, attempts, updated_at FROM tx WHERE guid=?", guid).
+		Scan(&r.TxCode, &r.State, &r.RspCode, &r.Request, &r.Response, &r.Attempts, &r.UpdatedAt)
+	if err == sql.ErrNoRows {
+		return nil
+	}
+	assert.NilError(t, err)
+	return &r
+}
+
+func countRows(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	assert.NilError(t, db.QueryRow("SELECT count(*) FROM tx").Scan(&n))
+	return n
+}
+
+// waitState polls until guid's row is in state.
+func waitState(t *testing.T, db *sql.DB, guid, state string, timeout time.Duration) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		r := getRow(t, db, guid)
+		if r != nil && r.State.String == state {
+			return poll.Success()
+		}
+		if r == nil {
+			return poll.Continue("no row yet")
+		}
+		return poll.Continue("state %s", r.State.String)
+	}, poll.WithTimeout(timeout), poll.WithDelay(50*time.Millisecond))
+}
+
+// expectReply builds the reply the relay must send for request tg.
+func expectReply(tg []byte, code string, body []byte) []byte { return lhstd.Reply(tg, code, body) }
+
+// decodeJSON is for answers the tests read directly.
+func decodeJSON(t *testing.T, r io.Reader, v any) {
+	t.Helper()
+	assert.NilError(t, json.NewDecoder(r).Decode(v))
+}
