@@ -169,7 +169,14 @@ func (s PurgeSummary) String() string { return fmt.Sprintf("purge: deleted=%d", 
 
 // PurgeBatchSize is how many rows one purge transaction deletes: small
 // enough that a relay's claim never waits long behind it.
-const PurgeBatchSize = 1000
+const PurgeBatchSize = 500
+
+// purgePause is the least pause between two purge batches. SQLite has no
+// fair lock queue: a writer waiting on the lock sleeps in steps of up to
+// 100 ms, and a purge that started its next batch at once would win the
+// lock again and again and starve the relay. Pausing at least twice as long
+// as each batch took leaves the lock free most of the time.
+const purgePause = 10 * time.Millisecond
 
 // Purge deletes DONE rows not updated for days days, in batches. Every other
 // state is kept whatever its age: it is the evidence for investigation.
@@ -179,6 +186,7 @@ func Purge(ctx context.Context, l *ledger.Ledger, days int, log *slog.Logger) (P
 		if err := ctx.Err(); err != nil {
 			return sum, fmt.Errorf("interrupted: %w", err)
 		}
+		start := time.Now()
 		n, err := l.PurgeBatch(ctx, days, PurgeBatchSize)
 		if err != nil {
 			return sum, err
@@ -187,5 +195,6 @@ func Purge(ctx context.Context, l *ledger.Ledger, days int, log *slog.Logger) (P
 		if n < PurgeBatchSize {
 			return sum, nil
 		}
+		time.Sleep(max(purgePause, 2*time.Since(start)))
 	}
 }

@@ -211,10 +211,10 @@ func newGUID() string {
 
 type reqOpt func(*lhstd.Transfer, *string, *string)
 
-func memo(m string) reqOpt          { return func(tr *lhstd.Transfer, _, _ *string) { tr.Memo = m } }
-func amount(a int64) reqOpt         { return func(tr *lhstd.Transfer, _, _ *string) { tr.Amount = a } }
-func sentAt(s string) reqOpt        { return func(_ *lhstd.Transfer, at, _ *string) { *at = s } }
-func channelCode(c string) reqOpt   { return func(_ *lhstd.Transfer, _, ch *string) { *ch = c } }
+func memo(m string) reqOpt        { return func(tr *lhstd.Transfer, _, _ *string) { tr.Memo = m } }
+func amount(a int64) reqOpt       { return func(tr *lhstd.Transfer, _, _ *string) { tr.Amount = a } }
+func sentAt(s string) reqOpt      { return func(_ *lhstd.Transfer, at, _ *string) { *at = s } }
+func channelCode(c string) reqOpt { return func(_ *lhstd.Transfer, _, ch *string) { *ch = c } }
 func accounts(from, to string) reqOpt {
 	return func(tr *lhstd.Transfer, _, _ *string) { tr.From, tr.To = from, to }
 }

@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/encoding/korean"
-
 )
 
 // Header field offsets (spec lhstd.md "Header").
