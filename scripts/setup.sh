@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what building and testing dedup needs on a fresh Debian machine:
+# gcc (cgo, for the SQLite driver), the sqlite3 shell and curl (used by the
+# demo to show the ledger and the core's stats), and the Go modules. Go
+# itself must be on the machine (1.26 or later). Idempotent and quiet when
+# everything is there already.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+  export PATH="/usr/local/go/bin:$PATH"
+fi
+command -v go >/dev/null 2>&1 || { echo "setup: Go is not installed (need 1.26+)" >&2; exit 1; }
+
+missing=()
+command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+command -v sqlite3 >/dev/null 2>&1 || missing+=(sqlite3)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+export CGO_ENABLED=1
+go mod download
