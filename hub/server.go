@@ -61,8 +61,15 @@ type Server struct {
 	sweepDone    chan struct{}
 }
 
+// wrapStore is nil in every release build. A test-only build tag sets it to
+// break the claim on purpose (see brokenclaim.go).
+var wrapStore func(Store) Store
+
 // New returns a server for cfg.
 func New(cfg Config) *Server {
+	if wrapStore != nil {
+		cfg.Store = wrapStore(cfg.Store)
+	}
 	s := &Server{
 		store: cfg.Store, core: cfg.Core, log: cfg.Logger,
 		idleTimeout: cfg.IdleTimeout, frameTimeout: cfg.FrameTimeout, writeTimeout: cfg.WriteTimeout,

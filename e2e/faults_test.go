@@ -1,0 +1,615 @@
+//go:build faults
+
+package e2e
+
+// The fault campaign (scripts/faults.sh): seeded randomized runs of the real
+// binaries under crashes, outages, slow answers, batch jobs and channel
+// storms, followed by a check of the whole history against the core. Build
+// tag "faults" keeps it out of the default test run.
+
+import (
+	"context"
+	"errors"
+	"database/sql"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"dedup"
+	"dedup/channelsim"
+	"dedup/lhstd"
+)
+
+var (
+	fRuns     = flag.Int("faults.runs", 20, "seeded runs")
+	fSeed     = flag.Uint64("faults.seed", 0, "seed of the first run (0: from the clock); run i uses seed+i")
+	fDuration = flag.Duration("faults.duration", 12*time.Second, "load per run")
+	fChannels = flag.Int("faults.channels", 12, "simulated channels per run")
+	fBroken   = flag.Bool("faults.broken", false, "use a relay built with a select-then-insert claim: the checks must fail")
+)
+
+// Campaign settings. The relay's orphan bound is its minimum for these
+// timeouts (0.3 + 1 + 7); resolve's --min-age exceeds the core's slowest
+// answer (SLOW = 1.2 s) by the one-second timestamp granularity.
+const (
+	coreSlow       = "1.2"
+	relayTimeout   = "1"
+	relayConnect   = "0.3"
+	orphanAfter    = 8300 * time.Millisecond
+	resolveMinAge  = "2"
+	maxAttempts    = 3
+	channelTimeout = 2500 * time.Millisecond
+)
+
+// event is one thing a channel did with a GUID, and what it got.
+type event struct {
+	at      time.Duration
+	channel int
+	what    string // send, burst, hangup
+	code    string // reply code, or "-" (no reply: error, timeout, hang-up)
+	reply   []byte
+	detail  string
+}
+
+type history struct {
+	mu     sync.Mutex
+	start  time.Time
+	events map[string][]event
+	memo   map[string]string
+	order  []string
+}
+
+func (h *history) add(guid string, e event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e.at = time.Since(h.start).Round(time.Millisecond)
+	if _, ok := h.events[guid]; !ok {
+		h.order = append(h.order, guid)
+	}
+	h.events[guid] = append(h.events[guid], e)
+}
+
+type counters struct {
+	tx, retrans, hangups, bursts                                   atomic.Int64
+	relayKill, relayTerm, coreDown, coreKill, resolve, reprocess, purge atomic.Int64
+}
+
+// campaign is one seeded run.
+type campaign struct {
+	t        *testing.T
+	seed     uint64
+	rng      *rand.Rand
+	rngMu    sync.Mutex
+	dir      string
+	db       string
+	coreAddr string
+	coreURL  string
+	state    string
+	relayBin string
+
+	mu     sync.Mutex
+	core   *proc
+	relays []*proc
+	raddrs []string
+
+	hist history
+	n    *counters
+	out  strings.Builder
+}
+
+func (c *campaign) intn(n int) int {
+	c.rngMu.Lock()
+	defer c.rngMu.Unlock()
+	return c.rng.IntN(n)
+}
+
+func (c *campaign) logf(format string, args ...any) {
+	c.mu.Lock()
+	fmt.Fprintf(&c.out, "  %7s "+format+"\n", append([]any{time.Since(c.hist.start).Round(time.Millisecond)}, args...)...)
+	c.mu.Unlock()
+}
+
+func (c *campaign) startCore() {
+	c.core = start(c.t, "fixturecore", "--listen", c.coreAddr, "--slow", coreSlow, "--state", c.state, "--quiet")
+}
+
+func (c *campaign) startRelay(i int) {
+	c.relays[i] = start(c.t, c.relayBin, "--db", c.db, "--listen", c.raddrs[i], "--core", c.coreURL,
+		"--timeout", relayTimeout, "--connect-timeout", relayConnect, "--orphan-after", fmt.Sprint(orphanAfter.Seconds()))
+}
+
+func TestFaultCampaign(t *testing.T) {
+	seed := *fSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano() % 1_000_000_000)
+	}
+	relayBin := bin("relay")
+	if *fBroken {
+		relayBin = buildBrokenRelay(t)
+	}
+	total := &counters{}
+	var checksMu sync.Mutex
+	var violations []string
+	var stats struct{ guids, applied, receivedTwice, explained, done, exhausted, neverAccepted, ok0000 int }
+	fmt.Printf("faults: runs=%d first seed=%d duration=%v channels=%d broken=%v\n", *fRuns, seed, *fDuration, *fChannels, *fBroken)
+	begin := time.Now()
+	t.Run("runs", func(t *testing.T) {
+		for i := 0; i < *fRuns; i++ {
+			s := seed + uint64(i)
+			t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
+				t.Parallel()
+				c := &campaign{t: t, seed: s, rng: rand.New(rand.NewPCG(s, 0x5eed)), dir: t.TempDir(), relayBin: relayBin, n: total}
+				res := c.run()
+				checksMu.Lock()
+				defer checksMu.Unlock()
+				stats.guids += res.guids
+				stats.applied += res.applied
+				stats.receivedTwice += res.receivedTwice
+				stats.explained += res.explained
+				stats.done += res.done
+				stats.exhausted += res.exhausted
+				stats.neverAccepted += res.neverAccepted
+				stats.ok0000 += res.ok0000
+				if len(res.violations) > 0 {
+					violations = append(violations, res.violations...)
+					t.Errorf("seed %d: %d violations; replay with: scripts/faults.sh --seed %d --runs 1\n%s\nrun log:\n%s",
+						s, len(res.violations), s, strings.Join(res.violations, "\n"), c.out.String())
+				}
+			})
+		}
+	})
+	n := total
+	fmt.Printf("faults: runs=%d seconds=%.0f transactions=%d retransmissions=%d hangups=%d bursts=%d\n",
+		*fRuns, time.Since(begin).Seconds(), n.tx.Load(), n.retrans.Load(), n.hangups.Load(), n.bursts.Load())
+	fmt.Printf("faults injected: relay_kill9=%d relay_sigterm=%d core_down=%d core_kill9=%d resolve=%d reprocess=%d purge=%d\n",
+		n.relayKill.Load(), n.relayTerm.Load(), n.coreDown.Load(), n.coreKill.Load(), n.resolve.Load(), n.reprocess.Load(), n.purge.Load())
+	kinds := map[string]int{}
+	for _, v := range violations {
+		kinds[strings.SplitN(v, ":", 2)[0]]++
+	}
+	verdict := func(k string) string {
+		if kinds[k] > 0 {
+			return fmt.Sprintf("FAILED (%d violations)", kinds[k])
+		}
+		return "ok"
+	}
+	fmt.Printf("check 1 no double application: %s (guids=%d applied=%d received_twice=%d, all explained=%v)\n",
+		verdict("double"), stats.guids, stats.applied, stats.receivedTwice, stats.explained == stats.receivedTwice)
+	fmt.Printf("check 2 nothing lost: %s (DONE=%d FAILED-exhausted=%d never-accepted=%d)\n", verdict("lost"), stats.done, stats.exhausted, stats.neverAccepted)
+	fmt.Printf("check 3 truthful replies: %s (0000 replies=%d)\n", verdict("reply"), stats.ok0000)
+	fmt.Printf("check 4 consistency with the core: %s\n", verdict("core"))
+	if len(violations) == 0 {
+		fmt.Println("faults: all checks passed")
+	}
+}
+
+func buildBrokenRelay(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "relay-brokenclaim")
+	cmd := exec.Command("go", "build", "-tags", "brokenclaim", "-o", out, "./relay")
+	cmd.Dir = ".."
+	b, err := cmd.CombinedOutput()
+	assert.NilError(t, err, string(b))
+	return out
+}
+
+type runResult struct {
+	guids, applied, receivedTwice, explained, done, exhausted, neverAccepted, ok0000 int
+	violations                                                                    []string
+}
+
+func (c *campaign) run() runResult {
+	t := c.t
+	c.hist = history{start: time.Now(), events: map[string][]event{}, memo: map[string]string{}}
+	c.db = filepath.Join(c.dir, "relay.db")
+	c.state = filepath.Join(c.dir, "core.json")
+	c.coreAddr = freeAddr(t)
+	c.coreURL = "http://" + c.coreAddr
+	c.startCore()
+
+	// Old DONE rows for purge to delete while everything else runs.
+	db := openDB(t, c.db)
+	_, err := db.Exec(dedup.Schema)
+	assert.NilError(t, err)
+	_, err = db.Exec(`WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM s WHERE i < 3000)
+INSERT INTO tx SELECT printf('OLD%029d', i), 'TRF00001', 'DONE', '0000', NULL, NULL, 1, datetime('now','-30 days') FROM s`)
+	assert.NilError(t, err)
+
+	nRelays := 1 + c.intn(2)
+	c.relays = make([]*proc, nRelays)
+	c.raddrs = make([]string, nRelays)
+	for i := range c.raddrs {
+		c.raddrs[i] = freeAddr(t)
+		c.startRelay(i)
+	}
+	c.logf("seed %d: %d relay(s), core %s", c.seed, nRelays, c.coreAddr)
+
+	ctx, stopLoad := context.WithTimeout(context.Background(), *fDuration)
+	defer stopLoad()
+	var wg sync.WaitGroup
+	for ch := 0; ch < *fChannels; ch++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.channel(ctx, ch) }()
+	}
+	faultsDone := make(chan struct{})
+	go func() { defer close(faultsDone); c.faults(ctx) }()
+	wg.Wait()
+	<-faultsDone
+	c.settle(db)
+	return c.check(db)
+}
+
+// channel sends fresh transfers and retransmits each the way a real channel
+// does until it gets a final answer or gives up.
+func (c *campaign) channel(ctx context.Context, id int) {
+	rng := rand.New(rand.NewPCG(c.seed, uint64(id)+1))
+	for ctx.Err() == nil {
+		g := fmt.Sprintf("%sF%02d%021d", time.Now().Format("20060102"), id, rng.Uint64()%1e19)
+		memo, amt, from := "faults", int64(1+rng.IntN(1000)), "11020030004001"
+		switch p := rng.IntN(100); {
+		case p < 8:
+			memo = "SLOW"
+		case p < 11:
+			memo = "DROP"
+		case p < 15:
+			memo = "APPLYDROP"
+		case p < 18:
+			memo = "FAIL500"
+		case p < 22:
+			amt = 900_000_000 // B201
+		case p < 25:
+			from = "00000000000000" // B202
+		}
+		tg, err := lhstd.NewTransferRequest(g, "FLT", channelsim.Now(), lhstd.Transfer{From: from, To: "11020030004002", Amount: amt, Memo: memo})
+		if err != nil {
+			panic(err)
+		}
+		c.hist.mu.Lock()
+		c.hist.memo[g] = memo
+		c.hist.mu.Unlock()
+		c.n.tx.Add(1)
+		for try := 0; try < 12; try++ {
+			if try > 0 {
+				c.n.retrans.Add(1)
+				time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+			}
+			addr := c.raddrs[rng.IntN(len(c.raddrs))]
+			var codes []string
+			switch p := rng.IntN(100); {
+			case p < 8:
+				c.n.hangups.Add(1)
+				c.hangup(addr, g, id, tg)
+				continue
+			case p < 16:
+				c.n.bursts.Add(1)
+				codes = c.burst(addr, g, id, tg, 2+rng.IntN(4))
+			default:
+				codes = []string{c.send(addr, g, id, tg, "send")}
+			}
+			if final(codes) {
+				break
+			}
+			if ctx.Err() != nil && try >= 2 {
+				break
+			}
+		}
+	}
+}
+
+func final(codes []string) bool {
+	for _, c := range codes {
+		if c == "0000" || c == "E500" || strings.HasPrefix(c, "B2") {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *campaign) send(addr, g string, id int, tg []byte, what string) string {
+	conn, err := channelsim.Dial(addr, channelTimeout)
+	if err != nil {
+		c.hist.add(g, event{channel: id, what: what, code: "-", detail: "connect: " + err.Error()})
+		return "-"
+	}
+	defer conn.Close()
+	reply, err := conn.RoundTrip(tg)
+	if err != nil {
+		c.hist.add(g, event{channel: id, what: what, code: "-", detail: err.Error()})
+		return "-"
+	}
+	cd := lhstd.ReplyCode(reply)
+	c.hist.add(g, event{channel: id, what: what, code: cd, reply: reply})
+	return cd
+}
+
+func (c *campaign) burst(addr, g string, id int, tg []byte, k int) []string {
+	codes := make([]string, k)
+	var wg sync.WaitGroup
+	for i := range codes {
+		wg.Add(1)
+		go func() { defer wg.Done(); codes[i] = c.send(addr, g, id, tg, "burst") }()
+	}
+	wg.Wait()
+	return codes
+}
+
+func (c *campaign) hangup(addr, g string, id int, tg []byte) {
+	conn, err := channelsim.Dial(addr, channelTimeout)
+	if err != nil {
+		c.hist.add(g, event{channel: id, what: "hangup", code: "-", detail: "connect: " + err.Error()})
+		return
+	}
+	conn.Send(tg)
+	conn.Close()
+	c.hist.add(g, event{channel: id, what: "hangup", code: "-"})
+}
+
+// faults injects one fault at a time at random moments until ctx ends.
+func (c *campaign) faults(ctx context.Context) {
+	var jobs sync.WaitGroup
+	defer jobs.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(300+c.intn(900)) * time.Millisecond):
+		}
+		switch k := c.intn(7); k {
+		case 0: // kill -9 a relay, restart it on the same ledger
+			i := c.intn(len(c.relays))
+			c.relays[i].kill()
+			c.n.relayKill.Add(1)
+			c.logf("kill -9 relay %d", i)
+			time.Sleep(time.Duration(c.intn(300)) * time.Millisecond)
+			c.startRelay(i)
+		case 1: // SIGTERM a relay, restart it
+			i := c.intn(len(c.relays))
+			code := c.relays[i].stop(c.t, syscall.SIGTERM)
+			c.n.relayTerm.Add(1)
+			c.logf("SIGTERM relay %d: exit %d", i, code)
+			if code != 0 {
+				c.t.Errorf("seed %d: relay exited %d after SIGTERM\n%s", c.seed, code, c.relays[i].log())
+			}
+			c.startRelay(i)
+		case 2: // the core down for a while
+			c.core.kill()
+			c.n.coreDown.Add(1)
+			d := time.Duration(300+c.intn(1500)) * time.Millisecond
+			c.logf("core down for %v", d)
+			time.Sleep(d)
+			c.startCore()
+		case 3: // the core killed mid-request, restarted at once
+			c.core.kill()
+			c.n.coreKill.Add(1)
+			c.logf("kill -9 core")
+			c.startCore()
+		case 4, 5, 6:
+			job := []string{"resolve", "reprocess", "purge"}[k-4]
+			jobs.Add(1)
+			go func() {
+				defer jobs.Done()
+				c.runJob(job)
+			}()
+		}
+	}
+}
+
+func (c *campaign) runJob(job string) string {
+	var args []string
+	switch job {
+	case "resolve":
+		c.n.resolve.Add(1)
+		args = []string{"--db", c.db, "--core", c.coreURL, "--min-age", resolveMinAge, "--timeout", relayTimeout, "--connect-timeout", relayConnect}
+	case "reprocess":
+		c.n.reprocess.Add(1)
+		args = []string{"--db", c.db, "--core", c.coreURL, "--max-attempts", fmt.Sprint(maxAttempts), "--timeout", relayTimeout, "--connect-timeout", relayConnect}
+	case "purge":
+		c.n.purge.Add(1)
+		args = []string{"--db", c.db, "--days", "7"}
+	}
+	out, err := exec.Command(bin(job), args...).Output()
+	line := lastLine(string(out))
+	c.logf("%s: %s", job, line)
+	if err != nil {
+		var ee *exec.ExitError
+		stderr := ""
+		if errors.As(err, &ee) {
+			stderr = string(ee.Stderr)
+		}
+		c.t.Errorf("seed %d: %s failed: %v\n%s", c.seed, job, err, stderr)
+	}
+	return line
+}
+
+// settle stops the faults' effects and lets the jobs settle every row.
+func (c *campaign) settle(db *sql.DB) {
+	for i := range c.relays {
+		if code := c.relays[i].stop(c.t, syscall.SIGTERM); code != 0 {
+			c.t.Errorf("seed %d: relay %d exited %d at the end", c.seed, i, code)
+		}
+	}
+	// Claims left SENT by killed relays become UNKNOWN once they are older
+	// than the orphan bound: a relay sweeps them at start.
+	var sent int
+	assert.NilError(c.t, db.QueryRow("SELECT count(*) FROM tx WHERE state IN ('SENT','RECEIVED')").Scan(&sent))
+	if sent > 0 {
+		c.logf("%d SENT rows left by crashes: waiting for the orphan bound", sent)
+		waitSQL(c.t, db, "SELECT count(*)=0 FROM tx WHERE state IN ('SENT','RECEIVED') AND updated_at >= datetime('now', ?)", fmt.Sprintf("-%d seconds", int(orphanAfter.Seconds())+1))
+		c.startRelay(0)
+		c.relays[0].stop(c.t, syscall.SIGTERM)
+	}
+	for round := 0; round < 20; round++ {
+		var unknown, retry int
+		assert.NilError(c.t, db.QueryRow("SELECT count(*) FROM tx WHERE state='UNKNOWN'").Scan(&unknown))
+		assert.NilError(c.t, db.QueryRow("SELECT count(*) FROM tx WHERE state='FAILED' AND rsp_code='E902' AND attempts < ?", maxAttempts).Scan(&retry))
+		if unknown == 0 && retry == 0 {
+			return
+		}
+		if unknown > 0 {
+			waitSQL(c.t, db, "SELECT count(*)=0 FROM tx WHERE state='UNKNOWN' AND updated_at > datetime('now', ?)", "-"+resolveMinAge+" seconds")
+			c.runJob("resolve")
+		}
+		c.runJob("reprocess")
+	}
+	c.t.Errorf("seed %d: the ledger did not settle in 20 rounds", c.seed)
+}
+
+func waitSQL(t *testing.T, db *sql.DB, q string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var ok bool
+		assert.NilError(t, db.QueryRow(q, args...).Scan(&ok))
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", q)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+type ledgerRow struct {
+	state, rsp string
+	response   []byte
+	attempts   int
+}
+
+// check runs the four checks over this run's history.
+func (c *campaign) check(db *sql.DB) runResult {
+	var res runResult
+	s, err := channelsim.FetchStats(context.Background(), c.coreURL)
+	assert.NilError(c.t, err)
+	rows := map[string]ledgerRow{}
+	rs, err := db.Query("SELECT guid, state, COALESCE(rsp_code,''), response, attempts FROM tx WHERE guid NOT LIKE 'OLD%'")
+	assert.NilError(c.t, err)
+	for rs.Next() {
+		var g string
+		var r ledgerRow
+		assert.NilError(c.t, rs.Scan(&g, &r.state, &r.rsp, &r.response, &r.attempts))
+		rows[g] = r
+	}
+	rs.Close()
+	var old int
+	assert.NilError(c.t, db.QueryRow("SELECT count(*) FROM tx WHERE guid LIKE 'OLD%'").Scan(&old))
+	if old != 0 {
+		// purge ran at least once in most runs; with none, the seed rows stay.
+		c.logf("old rows left: %d (purge runs: %d)", old, c.n.purge.Load())
+	}
+
+	violate := func(kind, g, format string, args ...any) {
+		res.violations = append(res.violations, fmt.Sprintf("%s: GUID %s: %s\n%s", kind, g, fmt.Sprintf(format, args...), c.explain(g, rows, s)))
+	}
+	res.guids = len(c.hist.order)
+	for _, g := range c.hist.order {
+		applied, posts := s.AppliedByGUID[g], s.ByGUID[g]
+		r, inLedger := rows[g]
+		if applied > 0 {
+			res.applied++
+		}
+		// 1. no double application.
+		if applied > 1 {
+			violate("double", g, "applied %d times by the core", applied)
+		}
+		if posts > 1 {
+			res.receivedTwice++
+			if applied <= 1 && inLedger && r.attempts >= 2 {
+				res.explained++ // resent after a definite "not found" (a lost rejection, a DROP, a core killed before applying)
+			} else {
+				violate("double", g, "POSTed %d times without a reclaim to explain it (attempts %d)", posts, r.attempts)
+			}
+		}
+		// 2. nothing lost.
+		var codes []string
+		for _, e := range c.hist.events[g] {
+			codes = append(codes, e.code)
+		}
+		switch {
+		case !inLedger:
+			if applied > 0 || anyCode(codes, func(cd string) bool { return cd != "-" && cd != "E902" }) {
+				violate("lost", g, "not in the ledger (core applied %d, channel got %v)", applied, codes)
+			} else {
+				res.neverAccepted++
+			}
+		case r.state == "DONE":
+			res.done++
+		case r.state == "FAILED" && r.rsp == "E902" && r.attempts >= maxAttempts && applied == 0:
+			res.exhausted++
+		default:
+			violate("lost", g, "row ends %s/%s attempts %d (core applied %d)", r.state, r.rsp, r.attempts, applied)
+		}
+		// 3. truthful replies.
+		var first []byte
+		for _, e := range c.hist.events[g] {
+			switch {
+			case e.code == "0000":
+				res.ok0000++
+				if applied == 0 {
+					violate("reply", g, "channel %d got 0000 but the core never applied it", e.channel)
+				}
+				if first == nil {
+					first = e.reply
+				} else if string(first) != string(e.reply) {
+					violate("reply", g, "two different 0000 replies:\n    %s\n    %s", first, e.reply)
+				}
+				if inLedger && r.state == "DONE" && string(r.response) != string(e.reply) {
+					violate("reply", g, "0000 reply differs from the stored reply:\n    %s\n    %s", e.reply, r.response)
+				}
+			case e.code == "E904" || e.code == "E900":
+				violate("reply", g, "channel %d got %s for a faithful retransmission", e.channel, e.code)
+			case (strings.HasPrefix(e.code, "B2") || e.code == "E500") && applied > 0:
+				violate("core", g, "channel %d was told %s but the core applied it", e.channel, e.code)
+			}
+		}
+		// 4. consistency with the core.
+		if inLedger && r.state == "DONE" && r.rsp == "0000" && applied == 0 {
+			violate("core", g, "ledger says DONE/0000 but the core never applied it")
+		}
+		if applied > 0 && !(inLedger && r.state == "DONE" && r.rsp == "0000") {
+			violate("core", g, "the core applied it but the ledger says %s/%s", r.state, r.rsp)
+		}
+	}
+	return res
+}
+
+func anyCode(codes []string, f func(string) bool) bool {
+	for _, c := range codes {
+		if f(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// explain prints a GUID's full history for a violation report.
+func (c *campaign) explain(g string, rows map[string]ledgerRow, s *channelsim.Stats) string {
+	var b strings.Builder
+	c.hist.mu.Lock()
+	defer c.hist.mu.Unlock()
+	fmt.Fprintf(&b, "  seed %d, memo %q\n", c.seed, c.hist.memo[g])
+	evs := c.hist.events[g]
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
+	for _, e := range evs {
+		fmt.Fprintf(&b, "  %8v channel %d %-6s -> %s %s\n", e.at, e.channel, e.what, e.code, e.detail)
+	}
+	if r, ok := rows[g]; ok {
+		fmt.Fprintf(&b, "  ledger: %s %s attempts=%d response=%q\n", r.state, r.rsp, r.attempts, r.response)
+	} else {
+		b.WriteString("  ledger: no row\n")
+	}
+	fmt.Fprintf(&b, "  core: by_guid=%d applied=%d lookups=%d\n", s.ByGUID[g], s.AppliedByGUID[g], s.LookupsByGUID[g])
+	return b.String()
+}
+
