@@ -9,8 +9,8 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"database/sql"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -81,7 +81,7 @@ func (h *history) add(guid string, e event) {
 }
 
 type counters struct {
-	tx, retrans, hangups, bursts                                   atomic.Int64
+	tx, retrans, hangups, bursts                                        atomic.Int64
 	relayKill, relayTerm, coreDown, coreKill, resolve, reprocess, purge atomic.Int64
 }
 
@@ -206,7 +206,7 @@ func buildBrokenRelay(t *testing.T) string {
 
 type runResult struct {
 	guids, applied, receivedTwice, explained, done, exhausted, neverAccepted, ok0000 int
-	violations                                                                    []string
+	violations                                                                       []string
 }
 
 func (c *campaign) run() runResult {
@@ -612,4 +612,3 @@ func (c *campaign) explain(g string, rows map[string]ledgerRow, s *channelsim.St
 	fmt.Fprintf(&b, "  core: by_guid=%d applied=%d lookups=%d\n", s.ByGUID[g], s.AppliedByGUID[g], s.LookupsByGUID[g])
 	return b.String()
 }
-
