@@ -617,3 +617,59 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// Rule 1 and cli.md: when the ledger is locked by another writer past the
+// busy timeout, a new GUID cannot be claimed, so it is not sent: E902, no
+// row, and the core never hears of it.
+func TestLedgerLockedAtClaimAnswersE902AndSendsNothing(t *testing.T) {
+	t.Parallel()
+	c := startCore(t)
+	db := tempDB(t)
+	r := startRelay(t, db, c.url)
+	lock := openDB(t, db)
+	conn, err := lock.Conn(context.Background())
+	assert.NilError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(context.Background(), "BEGIN IMMEDIATE")
+	assert.NilError(t, err)
+	g := newGUID()
+	tg := telegram(t, g)
+	assert.Equal(t, string(send(t, r.addr, tg)), string(expectReply(tg, "E902", nil)))
+	_, err = conn.ExecContext(context.Background(), "ROLLBACK")
+	assert.NilError(t, err)
+	assert.Assert(t, getRow(t, lock, g) == nil, "a failed claim left a row")
+	assert.Equal(t, c.stats(t).ByGUID[g], 0, "the core was called without a committed claim")
+	// Once the lock is gone the same GUID goes through normally.
+	assert.Equal(t, code(send(t, r.addr, tg)), "0000")
+}
+
+// Rule 11: while the core call was under way the row stopped being this
+// holder's (swept, settled and reclaimed by someone else: attempts 2). The
+// stale holder's outcome must not overwrite it, and the channel is answered
+// by rule 10.
+func TestStaleHolderDoesNotOverwriteARowSomeoneElseChanged(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ memo, want string }{
+		{"APPLIED", "0000"},
+		{"B201", "E901"},
+	} {
+		t.Run(tc.memo, func(t *testing.T) {
+			t.Parallel()
+			db := tempDB(t)
+			other := openDB(t, db)
+			stub := stubCore(t, func(string) {
+				_, err := other.Exec("UPDATE tx SET state='SENT', attempts=2, request=request WHERE state='SENT'")
+				assert.Check(t, err)
+			})
+			r := startRelay(t, db, stub.URL)
+			g := newGUID()
+			tg := telegram(t, g, memo(tc.memo))
+			assert.Equal(t, code(send(t, r.addr, tg)), tc.want)
+			row := getRow(t, other, g)
+			assert.Equal(t, row.State.String, "SENT", "the stale holder overwrote the new holder's claim")
+			assert.Equal(t, row.Attempts, 2)
+			assert.Assert(t, row.Response == nil)
+			assert.Assert(t, strings.Contains(r.log(), "fenced"))
+		})
+	}
+}
