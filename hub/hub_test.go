@@ -1,0 +1,93 @@
+package hub
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"gotest.tools/v3/assert"
+
+	"dedup"
+	"dedup/coreapi"
+	"dedup/ledger"
+	"dedup/lhstd"
+)
+
+// countingCore answers every transfer with res and counts the calls.
+type countingCore struct {
+	calls atomic.Int32
+	res   coreapi.Result
+}
+
+func (c *countingCore) Transfer(context.Context, coreapi.TransferRequest) coreapi.Result {
+	c.calls.Add(1)
+	return c.res
+}
+
+const g1 = "20261129MOB000000000000000000001"
+
+func request(t *testing.T, amount int64) []byte {
+	t.Helper()
+	tg, err := lhstd.NewTransferRequest(g1, "MOB", "20261129093000", lhstd.Transfer{From: "11020030004001", To: "11020030004002", Amount: amount, Memo: "m"})
+	assert.NilError(t, err)
+	return tg
+}
+
+func okBody(t *testing.T) []byte {
+	t.Helper()
+	b, err := lhstd.TransferResponseBody("C000000000000042", 99850000, "20261129093001")
+	assert.NilError(t, err)
+	return b
+}
+
+// Rows written by other tools: the relay must read them by the rules of
+// domain.md even where this relay would never write them.
+func TestRowsWrittenByOtherTools(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		row       ledger.Row
+		wantCode  string
+		wantCalls int32
+		wantState dedup.State
+	}{
+		{"RECEIVED is treated like SENT", ledger.Row{State: dedup.StateReceived}, "E903", 0, dedup.StateReceived},
+		{"NULL request compares as equal", ledger.Row{State: dedup.StateUnknown, RspCode: "E901"}, "E901", 0, dedup.StateUnknown},
+		{"FAILED with another rsp_code is not reclaimed", ledger.Row{State: dedup.StateFailed, RspCode: "E999", Attempts: 1}, "E902", 0, dedup.StateFailed},
+		{"FAILED E902 with NULL request is reclaimed and sent", ledger.Row{State: dedup.StateFailed, RspCode: "E902", Attempts: 1}, "0000", 1, dedup.StateDone},
+		{"DONE without a stored reply and a B2xx code", ledger.Row{State: dedup.StateDone, RspCode: "B201", Attempts: 1}, "B201", 0, dedup.StateDone},
+		{"DONE 0000 without a stored reply cannot be rebuilt", ledger.Row{State: dedup.StateDone, RspCode: "0000", Attempts: 1}, "E901", 0, dedup.StateDone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newMemStore()
+			r := tc.row
+			r.GUID = g1
+			st.rows[g1] = &r
+			core := &countingCore{res: coreapi.Result{State: dedup.StateDone, Code: "0000", Body: okBody(t)}}
+			s := New(Config{Store: st, Core: core})
+			reply := s.Process(request(t, 150000))
+			assert.Equal(t, lhstd.ReplyCode(reply), tc.wantCode)
+			assert.Equal(t, core.calls.Load(), tc.wantCalls)
+			assert.Equal(t, st.rows[g1].State, tc.wantState)
+			if tc.wantCalls > 0 {
+				assert.Equal(t, string(st.rows[g1].Request), string(request(t, 150000)), "the reclaim did not store the received request")
+				assert.Equal(t, st.rows[g1].Attempts, 2)
+			}
+		})
+	}
+}
+
+func TestProcessUnanswerableTelegramClosesConnection(t *testing.T) {
+	s := New(Config{Store: newMemStore(), Core: &countingCore{}})
+	assert.Assert(t, s.Process([]byte("short")) == nil)
+}
+
+func TestProcessMalformedIsE900WithoutRowOrCall(t *testing.T) {
+	st := newMemStore()
+	core := &countingCore{}
+	s := New(Config{Store: st, Core: core})
+	bad := request(t, 0) // amount zero
+	reply := s.Process(bad)
+	assert.Equal(t, string(reply), string(lhstd.Reply(bad, "E900", nil)))
+	assert.Equal(t, len(st.rows), 0)
+	assert.Equal(t, core.calls.Load(), int32(0))
+}

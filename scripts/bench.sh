@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Throughput and latency of the relay, printed as tables (speed lives here and
+# in go test -bench, never in the tests).
+#
+# Table 1 (in-process, one Go benchmark run): the relay server end to end
+#   (channel connections -> relay -> fixture core, 10 % retransmissions) with
+#   the in-memory store used only by the benchmark (the ceiling no durable
+#   ledger can beat) beside the SQLite ledger at synchronous FULL and NORMAL;
+#   ratio = ledger TPS / ceiling TPS.
+# Table 2 (real binaries): fixturecore + relay processes driven by
+#   `channel load --dup-ratio 0.1`, with the ledger on the disk and on tmpfs
+#   (/dev/shm); CPU microseconds per transaction of the relay process, and the
+#   number of GUIDs the core applied twice (must be 0).
+#
+#   scripts/bench.sh [SECONDS_PER_POINT]     (default 5)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
+secs=${1:-5}
+
+go build -o bin/ ./...
+work=$(mktemp -d "$PWD/.bench.XXXXXX")   # on the repository's disk, not /tmp
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work" /dev/shm/dedup-bench.*
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_listening() {
+  for _ in $(seq 1 200); do
+    a=$(sed -n 's/^listening addr=//p' "$1" | head -n1)
+    [ -n "$a" ] && { echo "$a"; return 0; }
+    sleep 0.05
+  done
+  cat "$1" >&2; return 1
+}
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+
+echo "== table 1: relay server in-process, ledger vs in-memory ceiling (10 % retransmissions)"
+n64=$((secs * 6000)); n16=$((secs * 4000)); n1=$((secs * 800))
+raw="$work/gobench.txt"
+for pair in "1:$n1" "16:$n16" "64:$n64"; do
+  c=${pair%%:*} n=${pair##*:}
+  go test -run '^$' -bench "Relay/conns=$c/" -benchtime "${n}x" ./hub/ | grep '^BenchmarkRelay' >>"$raw"
+done
+awk '
+  { split($1, p, "/"); c=p[2]; sub("conns=","",c); s=p[3]; sub("store=","",s); sub(/-[0-9]+$/,"",s)
+    for (i=2;i<=NF;i++) { if ($(i+1)=="tx/s") t[c,s]=$i; if ($(i+1)=="p50-ms") p50[c,s]=$i; if ($(i+1)=="p99-ms") p99[c,s]=$i }
+    cs[c]=1 }
+  END {
+    printf "%-6s | %-26s | %-34s | %-34s\n", "conns", "in-memory (ceiling)", "ledger FULL", "ledger NORMAL"
+    printf "%-6s | %9s %7s %8s | %9s %7s %8s %7s | %9s %7s %8s %7s\n", "", "tx/s", "p50ms", "p99ms", "tx/s", "p50ms", "p99ms", "ratio", "tx/s", "p50ms", "p99ms", "ratio"
+    n=split("1 16 64", order, " ")
+    for (k=1;k<=n;k++) { c=order[k]; if (!(c in cs)) continue
+      printf "%-6s | %9.0f %7.3f %8.3f | %9.0f %7.3f %8.3f %6.0f%% | %9.0f %7.3f %8.3f %6.0f%%\n", c,
+        t[c,"memory"], p50[c,"memory"], p99[c,"memory"],
+        t[c,"full"], p50[c,"full"], p99[c,"full"], 100*t[c,"full"]/t[c,"memory"],
+        t[c,"normal"], p50[c,"normal"], p99[c,"normal"], 100*t[c,"normal"]/t[c,"memory"] }
+  }' "$raw"
+
+echo
+echo "== table 2: real binaries, channel load --dup-ratio 0.1, ${secs}s per point"
+bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
+pids+=($!)
+core="http://$(wait_listening "$work/core.log")"
+printf "%-8s %-6s %9s %8s %8s %10s %14s\n" "ledger" "conns" "tx/s" "p50ms" "p99ms" "cpu_us/tx" "applied_twice"
+for where in disk tmpfs; do
+  if [ "$where" = disk ]; then dir="$work"; else dir=$(mktemp -d /dev/shm/dedup-bench.XXXXXX); fi
+  for c in 1 16 64; do
+    rm -f "$dir"/relay.db*
+    bin/relay --db "$dir/relay.db" --listen 127.0.0.1:0 --core "$core" 2>"$work/relay.log" &
+    rpid=$!
+    relay=$(wait_listening "$work/relay.log")
+    before=$(cpu_ticks "$rpid")
+    out=$(bin/channel load --relay "$relay" --conns "$c" --duration "$secs" --dup-ratio 0.1 --amount 1 --core "$core")
+    after=$(cpu_ticks "$rpid")
+    kill -TERM "$rpid"; wait "$rpid" || true
+    tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
+    sent=$(sed -n 's/.* sent=\([0-9]*\) .*/\1/p' <<<"$out")
+    p50=$(sed -n 's/.*p50=\([0-9.]*\).*/\1/p' <<<"$out")
+    p99=$(sed -n 's/.*p99=\([0-9.]*\).*/\1/p' <<<"$out")
+    twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
+    cpu=$(( (after - before) * 10000 * 1000 / (sent > 0 ? sent : 1) / 1000 ))
+    printf "%-8s %-6s %9s %8s %8s %10s %14s\n" "$where" "$c" "$tps" "$p50" "$p99" "$cpu" "$twice"
+  done
+done
