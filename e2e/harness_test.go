@@ -125,6 +125,19 @@ func (p *proc) log() string {
 	return p.stderr.String()
 }
 
+// waitLog waits until the process has logged a line containing substr
+// (its stderr is read by another goroutine, so a line may arrive a moment
+// after the reply it accompanies).
+func (p *proc) waitLog(t *testing.T, substr string) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if strings.Contains(p.log(), substr) {
+			return poll.Success()
+		}
+		return poll.Continue("%s has not logged %q", p.name, substr)
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(10*time.Millisecond))
+}
+
 func (p *proc) kill() {
 	select {
 	case <-p.exited:
