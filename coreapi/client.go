@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -157,24 +156,21 @@ var (
 func (c *Client) exchange(ctx context.Context, method, url string, body []byte) (status int, respBody []byte, connected bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// One timer: first the connect deadline; on GotConn it is reset to the
+	// exchange deadline. If it fires in between, the cause it reports is
+	// read from got, so a race can only ever report "timeout" (E901).
 	var got atomic.Bool
-	var mu sync.Mutex
-	var exchangeTimer *time.Timer
-	connectTimer := time.AfterFunc(c.connectTimeout, func() { cancel(errConnectTimeout) })
-	defer func() {
-		connectTimer.Stop()
-		mu.Lock()
-		if exchangeTimer != nil {
-			exchangeTimer.Stop()
+	timer := time.AfterFunc(c.connectTimeout, func() {
+		if got.Load() {
+			cancel(errTimeout)
+		} else {
+			cancel(errConnectTimeout)
 		}
-		mu.Unlock()
-	}()
+	})
+	defer timer.Stop()
 	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
 		if got.CompareAndSwap(false, true) {
-			connectTimer.Stop()
-			mu.Lock()
-			exchangeTimer = time.AfterFunc(c.timeout, func() { cancel(errTimeout) })
-			mu.Unlock()
+			timer.Reset(c.timeout)
 		}
 	}}
 	var rd io.Reader
@@ -186,7 +182,7 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte) 
 		return 0, nil, false, err
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header["Content-Type"] = jsonContentType
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -205,6 +201,8 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte) 
 	}
 	return resp.StatusCode, respBody, true, nil
 }
+
+var jsonContentType = []string{"application/json"}
 
 // Transfer sends one POST /v1/transfers and maps the answer. It never
 // repeats the request. The caller's ctx should not be tied to the channel's

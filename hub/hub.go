@@ -77,18 +77,18 @@ func (s *Server) logTx(tx *txn, reply []byte) {
 	if tx.to != "" && tx.to != tx.from {
 		state = tx.from + "->" + tx.to
 	}
-	args := []any{
-		"guid", tx.req.GUID, "tx_code", tx.req.TxCode, "channel", tx.req.Channel,
-		"code", lhstd.ReplyCode(reply), "state", state, "attempts", tx.attempt,
-		"ms", ms(time.Since(tx.start)),
-	}
+	attrs := make([]slog.Attr, 0, 10)
+	attrs = append(attrs,
+		slog.String("guid", tx.req.GUID), slog.String("tx_code", tx.req.TxCode), slog.String("channel", tx.req.Channel),
+		slog.String("code", lhstd.ReplyCode(reply)), slog.String("state", state), slog.Int("attempts", tx.attempt),
+		slog.Float64("ms", ms(time.Since(tx.start))))
 	if tx.core > 0 {
-		args = append(args, "core_ms", ms(tx.core))
+		attrs = append(attrs, slog.Float64("core_ms", ms(tx.core)))
 	}
 	if tx.detail != "" {
-		args = append(args, "detail", tx.detail)
+		attrs = append(attrs, slog.String("detail", tx.detail))
 	}
-	s.log.Log(context.Background(), tx.logLevel, "tx", args...)
+	s.log.LogAttrs(context.Background(), tx.logLevel, "tx", attrs...)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -68,6 +68,12 @@ func ParseLength(lf []byte) (int, error) {
 // AppendFrame appends telegram t, preceded by its length field, to dst, so
 // that a frame can be written in one write.
 func AppendFrame(dst, t []byte) []byte {
-	dst = fmt.Appendf(dst, "%08d", len(t))
+	var lf [LengthFieldLen]byte
+	n := len(t)
+	for i := LengthFieldLen - 1; i >= 0; i-- {
+		lf[i] = byte('0' + n%10)
+		n /= 10
+	}
+	dst = append(dst, lf[:]...)
 	return append(dst, t...)
 }

@@ -58,14 +58,15 @@ func ParseHeader(t []byte) (Header, error) {
 	if len(t) < HeaderLen {
 		return Header{}, fmt.Errorf("%w: %d bytes", ErrShort, len(t))
 	}
+	h := string(t[:HeaderLen]) // one allocation; the fields share it
 	return Header{
-		GUID:    string(t[offGUID:offTxCode]),
-		TxCode:  string(t[offTxCode:offKind]),
-		Kind:    t[offKind],
-		RspCode: string(t[offRspCode:offChannel]),
-		Channel: string(t[offChannel:offSentAt]),
-		SentAt:  string(t[offSentAt:offFiller]),
-		Filler:  string(t[offFiller:HeaderLen]),
+		GUID:    h[offGUID:offTxCode],
+		TxCode:  h[offTxCode:offKind],
+		Kind:    h[offKind],
+		RspCode: h[offRspCode:offChannel],
+		Channel: h[offChannel:offSentAt],
+		SentAt:  h[offSentAt:offFiller],
+		Filler:  h[offFiller:HeaderLen],
 	}, nil
 }
 
@@ -203,7 +204,11 @@ func Reply(req []byte, code string, body []byte) []byte {
 	r := make([]byte, HeaderLen, HeaderLen+len(body))
 	copy(r, req[:HeaderLen])
 	r[offKind] = KindResponse
-	copy(r[offRspCode:offChannel], fmt.Sprintf("%-4.4s", code))
+	rsp := r[offRspCode:offChannel]
+	n := copy(rsp, code)
+	for i := n; i < len(rsp); i++ {
+		rsp[i] = ' '
+	}
 	return append(r, body...)
 }
 
