@@ -602,11 +602,12 @@ func TestStalledFrameIsClosedAndOthersAreServed(t *testing.T) {
 	assert.Equal(t, countRows(t, openDB(t, db)), 1)
 }
 
-// waitPosted waits until the core has received guid's POST.
+// waitPosted waits until the core has received guid's POST ("" for any).
 func waitPosted(t *testing.T, c *core, guid string) {
 	t.Helper()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if c.stats(t).ByGUID[guid] > 0 {
+		s := c.stats(t)
+		if s.ByGUID[guid] > 0 || guid == "" && len(s.ByGUID) > 0 {
 			return poll.Success()
 		}
 		return poll.Continue("core has not received %s", guid)
@@ -672,4 +673,33 @@ func TestStaleHolderDoesNotOverwriteARowSomeoneElseChanged(t *testing.T) {
 			r.waitLog(t, "fenced")
 		})
 	}
+}
+
+// A silent channel is disconnected after --idle-timeout.
+func TestIdleChannelIsDisconnected(t *testing.T) {
+	t.Parallel()
+	c := startCore(t)
+	r := startRelay(t, tempDB(t), c.url, "--idle-timeout", "0.5")
+	conn, err := channelsim.Dial(r.addr, 30*time.Second)
+	assert.NilError(t, err)
+	defer conn.Close()
+	_, err = conn.Receive()
+	assert.Assert(t, err != nil && !isTimeout(err), "the idle connection was not closed by the relay: %v", err)
+}
+
+// A second signal during the graceful stop exits 1 at once, without waiting
+// for the transaction in flight.
+func TestSecondSignalExitsAtOnce(t *testing.T) {
+	t.Parallel()
+	c := startCore(t, "--slow", "20")
+	db := tempDB(t)
+	r := startRelay(t, db, c.url, "--timeout", "30", "--orphan-after", "40")
+	conn, err := channelsim.Dial(r.addr, 30*time.Second)
+	assert.NilError(t, err)
+	defer conn.Close()
+	assert.NilError(t, conn.Send(telegram(t, newGUID(), memo("SLOW"))))
+	waitPosted(t, c, "")
+	assert.NilError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+	r.waitLog(t, "relay stopping")
+	assert.Equal(t, r.stop(t, syscall.SIGTERM), 1)
 }

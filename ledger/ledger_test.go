@@ -410,3 +410,25 @@ func TestWritesAfterCloseFail(t *testing.T) {
 	_, err = l.Claim(ctx, guid(1), "TRF00001", nil)
 	assert.Assert(t, errors.Is(err, ErrClosed))
 }
+
+// TestFailedCommitRecordsNoOutcome: finishes in a batch whose commit fails
+// are not recorded (the holder answers by rule 10); the row stays SENT, and
+// a later finish of the same claim records it exactly once.
+func TestFailedCommitRecordsNoOutcome(t *testing.T) {
+	l, _ := openTemp(t)
+	ok, err := l.Claim(ctx, guid(1), "TRF00001", []byte("r"))
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	commitHook = func() error { return errors.New("injected commit failure") }
+	recorded, err := l.Finish(ctx, guid(1), 1, Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("x")})
+	commitHook = nil
+	assert.Assert(t, err != nil && !recorded)
+	r, _ := l.Get(ctx, guid(1))
+	assert.Equal(t, r.State, dedup.StateSent)
+	recorded, err = l.Finish(ctx, guid(1), 1, Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("x")})
+	assert.NilError(t, err)
+	assert.Assert(t, recorded)
+	recorded, err = l.Finish(ctx, guid(1), 1, Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("y")})
+	assert.NilError(t, err)
+	assert.Assert(t, !recorded, "an outcome was recorded twice")
+}
