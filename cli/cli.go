@@ -4,15 +4,21 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"regexp"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
+
+	"dedup/ledger"
 )
 
 // Version is the binaries' version, set at build time with
@@ -139,13 +145,33 @@ func (c CoreFlags) Validate() error {
 // Summary is a batch job's result: its String is the job's last stdout line.
 type Summary interface{ String() string }
 
-// FinishJob prints a batch job's summary as the last line on stdout and
-// returns the exit status: 0 if the job ran to its end, 1 (with one line on
-// stderr naming the cause) if it failed midway.
-func FinishJob(name string, sum Summary, err error) int {
-	if sum != nil {
-		fmt.Fprintln(os.Stdout, sum.String())
+// Job is one run of a batch job against an open ledger. ctx ends on SIGINT
+// or SIGTERM; a job stops between rows and returns its summary so far.
+type Job func(ctx context.Context, l *ledger.Ledger, log *slog.Logger) (Summary, error)
+
+// RunJob runs a batch job the way every batch binary does: it opens the
+// ledger at db (applying the schema), runs job, logs its start and end,
+// prints the summary as the last line on stdout, and returns the exit
+// status: 0 if the job ran to its end, 1 (one line on stderr naming the path
+// and the cause) if it could not.
+func RunJob(name, db string, log *slog.Logger, startAttrs []any, job Job) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	l, err := ledger.Open(db, ledger.Options{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
+		return ExitRuntime
 	}
+	log.Info(name+" started", append([]any{"db", db}, startAttrs...)...)
+	sum, err := job(ctx, l, log)
+	if cerr := l.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("ledger %s: %w", db, err)
+	}
+	log.Info(name+" finished", "summary", sum.String())
+	fmt.Fprintln(os.Stdout, sum.String())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
 		return ExitRuntime

@@ -6,9 +6,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"dedup/batch"
 	"dedup/cli"
@@ -33,27 +32,16 @@ func (f *flags) Validate() error {
 func main() {
 	var f flags
 	cli.Parse("reprocess", "Resend FAILED/E902 rows (surely not sent) with their own GUID and stored request.", &f, os.Args[1:])
-	log := f.Logger(os.Stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	l, err := ledger.Open(f.DB, ledger.Options{})
-	if err != nil {
-		cli.Fatal("reprocess", err)
-	}
-	defer l.Close()
 	core, err := coreapi.New(coreapi.Config{BaseURL: f.Core, ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()})
 	if err != nil {
 		cli.Fatal("reprocess", err)
 	}
-	log.Info("reprocess started", "db", f.DB, "core", f.Core, "max_attempts", int(f.MaxAttempts))
-	sum, err := batch.Reprocess(ctx, l, core, int(f.MaxAttempts), log)
-	if err != nil {
-		err = fmt.Errorf("ledger %s: %w", f.DB, err)
-	}
-	if sum.Exhausted > 0 {
-		log.Warn("reprocess: rows at the attempt limit need an operator", "exhausted", sum.Exhausted)
-	}
-	log.Info("reprocess finished", "candidates", sum.Candidates, "sent", sum.Sent, "done", sum.Done, "unknown", sum.Unknown, "failed", sum.Failed, "skipped", sum.Skipped, "exhausted", sum.Exhausted)
-	l.Close()
-	os.Exit(cli.FinishJob("reprocess", sum, err))
+	os.Exit(cli.RunJob("reprocess", f.DB, f.Logger(os.Stderr), []any{"core", f.Core, "max_attempts", int(f.MaxAttempts)},
+		func(ctx context.Context, l *ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
+			sum, err := batch.Reprocess(ctx, l, core, int(f.MaxAttempts), log)
+			if sum.Exhausted > 0 {
+				log.Warn("reprocess: rows at the attempt limit need an operator", "exhausted", sum.Exhausted)
+			}
+			return sum, err
+		}))
 }

@@ -4,10 +4,8 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"dedup/batch"
 	"dedup/cli"
@@ -25,24 +23,12 @@ type flags struct {
 func main() {
 	var f flags
 	cli.Parse("resolve", "Settle UNKNOWN rows by inquiry: 200 -> DONE, 404 NOT_FOUND -> FAILED, anything else -> left as is.", &f, os.Args[1:])
-	log := f.Logger(os.Stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	l, err := ledger.Open(f.DB, ledger.Options{})
-	if err != nil {
-		cli.Fatal("resolve", err)
-	}
-	defer l.Close()
 	core, err := coreapi.New(coreapi.Config{BaseURL: f.Core, ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()})
 	if err != nil {
 		cli.Fatal("resolve", err)
 	}
-	log.Info("resolve started", "db", f.DB, "core", f.Core, "min_age_s", f.MinAge.D().Seconds())
-	sum, err := batch.Resolve(ctx, l, core, f.MinAge.D(), log)
-	if err != nil {
-		err = fmt.Errorf("ledger %s: %w", f.DB, err)
-	}
-	log.Info("resolve finished", "candidates", sum.Candidates, "done", sum.Done, "failed", sum.Failed, "left", sum.Left)
-	l.Close()
-	os.Exit(cli.FinishJob("resolve", sum, err))
+	os.Exit(cli.RunJob("resolve", f.DB, f.Logger(os.Stderr), []any{"core", f.Core, "min_age_s", f.MinAge.D().Seconds()},
+		func(ctx context.Context, l *ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
+			return batch.Resolve(ctx, l, core, f.MinAge.D(), log)
+		}))
 }
