@@ -69,13 +69,7 @@ type Options struct {
 	MaxBatch int
 	// ReadConns bounds the read pool; 0 means 8.
 	ReadConns int
-	// CheckpointEvery is how often a background connection checkpoints the
-	// WAL; 0 means DefaultCheckpointEvery.
-	CheckpointEvery time.Duration
 }
-
-// DefaultCheckpointEvery is how often the ledger checkpoints its WAL.
-const DefaultCheckpointEvery = 250 * time.Millisecond
 
 // Ledger is an open ledger file. It is safe for concurrent use.
 type Ledger struct {
@@ -88,8 +82,6 @@ type Ledger struct {
 	ops      chan *op // unbuffered: a completed send means the writer owns the op
 	quit     chan struct{}
 	stopped  chan struct{}
-	cpdb     *sql.DB // the checkpointer's connection
-	cpDone   chan struct{}
 	maxBatch int
 }
 
@@ -136,16 +128,13 @@ func open(path string, opts Options) (*Ledger, error) {
 	wdb.SetConnMaxIdleTime(0)
 	wdb.SetConnMaxLifetime(0)
 
-	l := &Ledger{path: path, wdb: wdb, ops: make(chan *op), quit: make(chan struct{}), stopped: make(chan struct{}), cpDone: make(chan struct{})}
+	l := &Ledger{path: path, wdb: wdb, ops: make(chan *op), quit: make(chan struct{}), stopped: make(chan struct{})}
 	fail := func(err error) (*Ledger, error) {
 		if l.conn != nil {
 			l.conn.Close()
 		}
 		if l.rdb != nil {
 			l.rdb.Close()
-		}
-		if l.cpdb != nil {
-			l.cpdb.Close()
 		}
 		wdb.Close()
 		return nil, err
@@ -165,13 +154,12 @@ func open(path string, opts Options) (*Ledger, error) {
 	if _, err := l.conn.ExecContext(ctx, dedup.Schema); err != nil {
 		return fail(fmt.Errorf("apply schema: %w", err))
 	}
-	// The writer never checkpoints: a checkpoint after a large change
-	// (a purge, say) copies megabytes and fsyncs, and would stall every
-	// claim in the next batch. A background connection does it instead;
-	// PASSIVE checkpoints never block writers.
-	if _, err := l.conn.ExecContext(ctx, "PRAGMA wal_autocheckpoint=0"); err != nil {
-		return fail(fmt.Errorf("disable autocheckpoint: %w", err))
-	}
+	// Checkpoints stay SQLite's automatic ones (every 1000 WAL pages, run
+	// by the committing connection). A background checkpointer was tried
+	// and measured worse: under a steady writer it never catches up with
+	// the WAL's end, so the WAL is never restarted and grows, and every
+	// commit's fsync then also journals the file's new size (1 caller:
+	// 0.75-0.95 ms per claim+finish against 0.52 ms).
 	// From here on the writer waits for the lock itself (see begin), still
 	// for at most BusyTimeout; statements inside a transaction that holds
 	// the lock never wait.
@@ -201,16 +189,7 @@ func open(path string, opts Options) (*Ledger, error) {
 	if l.maxBatch <= 0 {
 		l.maxBatch = DefaultMaxBatch
 	}
-	if l.cpdb, err = sql.Open("sqlite3", path+"?"+params); err != nil {
-		return fail(err)
-	}
-	l.cpdb.SetMaxOpenConns(1)
-	every := opts.CheckpointEvery
-	if every <= 0 {
-		every = DefaultCheckpointEvery
-	}
 	go l.writer()
-	go l.checkpointer(every)
 	return l, nil
 }
 
@@ -227,10 +206,6 @@ func (l *Ledger) Close() error {
 	}
 	close(l.quit)
 	<-l.stopped
-	<-l.cpDone
-	// One last checkpoint so that the file is complete on its own.
-	l.cpdb.Exec("PRAGMA wal_checkpoint(PASSIVE)")
-	l.cpdb.Close()
 	l.getStmt.Close()
 	l.stmts.close()
 	err := l.conn.Close()
@@ -332,22 +307,4 @@ func (l *Ledger) CountExhausted(ctx context.Context, maxAttempts int) (int, erro
 // reports; the sweep itself is one UPDATE).
 func (l *Ledger) SelectOrphans(ctx context.Context, after time.Duration) ([]Row, error) {
 	return l.selectRows(ctx, "orphans", "state IN ('SENT','RECEIVED') AND updated_at < datetime('now', ?)", secondsAgo(after))
-}
-
-// checkpointer copies committed WAL frames into the database file in the
-// background, off the writer's path.
-func (l *Ledger) checkpointer(every time.Duration) {
-	defer close(l.cpDone)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.quit:
-			return
-		case <-t.C:
-			// Errors (busy with another process's checkpoint) are
-			// harmless: the next tick tries again.
-			l.cpdb.Exec("PRAGMA wal_checkpoint(PASSIVE)")
-		}
-	}
 }
