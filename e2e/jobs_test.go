@@ -350,3 +350,27 @@ func TestJobFlags(t *testing.T) {
 		})
 	}
 }
+
+// Rule 11 for resolve: while resolve waits for the core's answer, the row
+// goes through another cycle (reclaimed, sent, UNKNOWN again with attempts
+// 2). The inquiry answered for the old selection must not settle the new
+// attempt.
+func TestResolveDoesNotSettleARowChangedSinceItWasSelected(t *testing.T) {
+	t.Parallel()
+	path, db := newLedger(t)
+	g := newGUID()
+	insert(t, db, g, "UNKNOWN", "E901", telegram(t, g), nil, 1, "-600 seconds")
+	core := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := db.Exec("UPDATE tx SET attempts=2, updated_at=datetime('now') WHERE guid=?", g)
+		assert.Check(t, err)
+		w.WriteHeader(404)
+		w.Write([]byte(`{"code":"NOT_FOUND"}`))
+	}))
+	t.Cleanup(core.Close)
+	res := runJob(t, "resolve", "--db", path, "--core", core.URL, "--min-age", "300")
+	res.Assert(t, icmd.Success)
+	assert.Equal(t, lastLine(res.Stdout()), "resolve: candidates=1 done=0 failed=0 left=1")
+	r := getRow(t, db, g)
+	assert.Equal(t, r.State.String, "UNKNOWN", "a stale inquiry settled the new attempt")
+	assert.Equal(t, r.Attempts, 2)
+}
