@@ -21,6 +21,7 @@ type ResolveSummary struct {
 	Candidates, Done, Failed, Left int
 }
 
+// String is the summary line resolve prints last on stdout.
 func (s ResolveSummary) String() string {
 	return fmt.Sprintf("resolve: candidates=%d done=%d failed=%d left=%d", s.Candidates, s.Done, s.Failed, s.Left)
 }
@@ -81,6 +82,7 @@ type ReprocessSummary struct {
 	Candidates, Sent, Done, Unknown, Failed, Skipped, Exhausted int
 }
 
+// String is the summary line reprocess prints last on stdout.
 func (s ReprocessSummary) String() string {
 	return fmt.Sprintf("reprocess: candidates=%d sent=%d done=%d unknown=%d failed=%d skipped=%d exhausted=%d",
 		s.Candidates, s.Sent, s.Done, s.Unknown, s.Failed, s.Skipped, s.Exhausted)
@@ -165,6 +167,7 @@ func Reprocess(ctx context.Context, l *ledger.Ledger, core *coreapi.Client, maxA
 // PurgeSummary counts one purge run.
 type PurgeSummary struct{ Deleted int64 }
 
+// String is the summary line purge prints last on stdout.
 func (s PurgeSummary) String() string { return fmt.Sprintf("purge: deleted=%d", s.Deleted) }
 
 // PurgeBatchSize is how many rows one purge transaction deletes: small

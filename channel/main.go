@@ -58,6 +58,7 @@ type flags struct {
 	cli.Logging
 }
 
+// Validate checks the load flags that kong cannot.
 func (l *loadCmd) Validate() error {
 	if l.DupRatio < 0 || l.DupRatio > 1 || l.DupRatio != l.DupRatio {
 		return fmt.Errorf("--dup-ratio must be between 0 and 1")
@@ -68,6 +69,7 @@ func (l *loadCmd) Validate() error {
 	return nil
 }
 
+// Validate checks the send flags that kong cannot.
 func (s *sendCmd) Validate() error {
 	if s.GUID != "" && !lhstd.IsGUID(s.GUID) {
 		return fmt.Errorf("--guid must be 32 characters of [0-9A-Za-z]")

@@ -15,6 +15,7 @@ func init() {
 
 type selectThenInsert struct{ Store }
 
+// Claim selects, then inserts if absent: the race this project exists to avoid.
 func (b selectThenInsert) Claim(ctx context.Context, guid, txCode string, request []byte) (bool, error) {
 	row, err := b.Get(ctx, guid)
 	if err != nil || row != nil {

@@ -90,6 +90,7 @@ type MalformedError struct {
 	Reason string
 }
 
+// Error describes why the request is malformed.
 func (e *MalformedError) Error() string { return "malformed request: " + e.Reason }
 
 func malformed(format string, args ...any) error {

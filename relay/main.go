@@ -31,6 +31,7 @@ type flags struct {
 	cli.Logging
 }
 
+// Validate checks the timeouts and the orphan bound (cli.md).
 func (f *flags) Validate() error {
 	for name, v := range map[string]cli.Seconds{"--timeout": f.Timeout, "--connect-timeout": f.ConnectTimeout, "--orphan-after": f.OrphanAfter, "--idle-timeout": f.IdleTimeout} {
 		if v <= 0 {

@@ -22,6 +22,7 @@ type flags struct {
 	cli.Logging
 }
 
+// Validate checks that --max-attempts is at least 1.
 func (f *flags) Validate() error {
 	if f.MaxAttempts < 1 {
 		return fmt.Errorf("--max-attempts must be at least 1")
