@@ -147,13 +147,6 @@ func (c *Core) Stats() Stats {
 	return Stats{Transfers: c.st.Transfers, ByGUID: cp(c.st.ByGUID), AppliedByGUID: cp(c.st.AppliedByGUID), LookupsByGUID: cp(c.st.LookupsByGUID)}
 }
 
-// Balance returns an account's balance.
-func (c *Core) Balance(acct string) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.balance(acct)
-}
-
 func (c *Core) balance(acct string) int64 {
 	if b, ok := c.st.Balances[acct]; ok {
 		return b

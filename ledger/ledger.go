@@ -73,7 +73,6 @@ type Options struct {
 
 // Ledger is an open ledger file. It is safe for concurrent use.
 type Ledger struct {
-	path     string
 	wdb      *sql.DB
 	rdb      *sql.DB
 	conn     *sql.Conn // the writer's connection, owned by the writer goroutine
@@ -128,7 +127,7 @@ func open(path string, opts Options) (*Ledger, error) {
 	wdb.SetConnMaxIdleTime(0)
 	wdb.SetConnMaxLifetime(0)
 
-	l := &Ledger{path: path, wdb: wdb, ops: make(chan *op), quit: make(chan struct{}), stopped: make(chan struct{})}
+	l := &Ledger{wdb: wdb, ops: make(chan *op), quit: make(chan struct{}), stopped: make(chan struct{})}
 	fail := func(err error) (*Ledger, error) {
 		if l.conn != nil {
 			l.conn.Close()
@@ -192,9 +191,6 @@ func open(path string, opts Options) (*Ledger, error) {
 	go l.writer()
 	return l, nil
 }
-
-// Path returns the ledger's file path.
-func (l *Ledger) Path() string { return l.path }
 
 // Close stops the writer and closes the database. Writes submitted after
 // Close fail with ErrClosed; a write already taken by the writer completes.
@@ -301,10 +297,4 @@ func (l *Ledger) CountExhausted(ctx context.Context, maxAttempts int) (int, erro
 		return 0, fmt.Errorf("count exhausted: %w", err)
 	}
 	return n, nil
-}
-
-// SelectOrphans returns the SENT/RECEIVED rows older than after (for
-// reports; the sweep itself is one UPDATE).
-func (l *Ledger) SelectOrphans(ctx context.Context, after time.Duration) ([]Row, error) {
-	return l.selectRows(ctx, "orphans", "state IN ('SENT','RECEIVED') AND updated_at < datetime('now', ?)", secondsAgo(after))
 }
