@@ -31,7 +31,7 @@ func (s ResolveSummary) String() string {
 // FAILED/E902, anything else leaves the row as it is. Each change is fenced
 // on the row as selected. It never sends a transfer. A ledger error ends the
 // run with the summary so far.
-func Resolve(ctx context.Context, l *ledger.Ledger, core *coreapi.Client, minAge time.Duration, log *slog.Logger) (ResolveSummary, error) {
+func Resolve(ctx context.Context, l ledger.Ledger, core *coreapi.Client, minAge time.Duration, log *slog.Logger) (ResolveSummary, error) {
 	rows, err := l.SelectUnknown(ctx, minAge)
 	if err != nil {
 		return ResolveSummary{}, err
@@ -92,7 +92,7 @@ func (s ReprocessSummary) String() string {
 // FAILED/E902 row with fewer than maxAttempts attempts: reclaim (atomic,
 // attempts + 1), one send, the outcome recorded fenced on the attempt.
 // UNKNOWN rows are never candidates.
-func Reprocess(ctx context.Context, l *ledger.Ledger, core *coreapi.Client, maxAttempts int, log *slog.Logger) (ReprocessSummary, error) {
+func Reprocess(ctx context.Context, l ledger.Ledger, core *coreapi.Client, maxAttempts int, log *slog.Logger) (ReprocessSummary, error) {
 	rows, err := l.SelectFailed(ctx, maxAttempts)
 	if err != nil {
 		return ReprocessSummary{}, err
@@ -183,7 +183,7 @@ const purgePause = 10 * time.Millisecond
 
 // Purge deletes DONE rows not updated for days days, in batches. Every other
 // state is kept whatever its age: it is the evidence for investigation.
-func Purge(ctx context.Context, l *ledger.Ledger, days int, log *slog.Logger) (PurgeSummary, error) {
+func Purge(ctx context.Context, l ledger.Ledger, days int, log *slog.Logger) (PurgeSummary, error) {
 	var sum PurgeSummary
 	for {
 		if err := ctx.Err(); err != nil {

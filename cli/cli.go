@@ -19,6 +19,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"dedup/ledger"
+	"dedup/ledger/backend"
 )
 
 // Version is the binaries' version, set at build time with
@@ -147,7 +148,7 @@ type Summary interface{ String() string }
 
 // Job is one run of a batch job against an open ledger. ctx ends on SIGINT
 // or SIGTERM; a job stops between rows and returns its summary so far.
-type Job func(ctx context.Context, l *ledger.Ledger, log *slog.Logger) (Summary, error)
+type Job func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (Summary, error)
 
 // RunJob runs a batch job the way every batch binary does: it opens the
 // ledger at db (applying the schema), runs job, logs its start and end,
@@ -157,7 +158,7 @@ type Job func(ctx context.Context, l *ledger.Ledger, log *slog.Logger) (Summary,
 func RunJob(name, db string, log *slog.Logger, startAttrs []any, job Job) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	l, err := ledger.Open(db, ledger.Options{})
+	l, err := backend.Open(db, ledger.Options{})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
 		return ExitRuntime

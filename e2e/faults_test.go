@@ -9,7 +9,6 @@ package e2e
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -433,7 +432,7 @@ func (c *campaign) runJob(job string) string {
 }
 
 // settle stops the faults' effects and lets the jobs settle every row.
-func (c *campaign) settle(db *sql.DB) {
+func (c *campaign) settle(db *ledgerDB) {
 	for i := range c.relays {
 		if code := c.relays[i].stop(c.t, syscall.SIGTERM); code != 0 {
 			c.t.Errorf("seed %d: relay %d exited %d at the end", c.seed, i, code)
@@ -465,7 +464,7 @@ func (c *campaign) settle(db *sql.DB) {
 	c.t.Errorf("seed %d: the ledger did not settle in 20 rounds", c.seed)
 }
 
-func waitSQL(t *testing.T, db *sql.DB, q string, args ...any) {
+func waitSQL(t *testing.T, db *ledgerDB, q string, args ...any) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -488,7 +487,7 @@ type ledgerRow struct {
 }
 
 // check runs the four checks over this run's history.
-func (c *campaign) check(db *sql.DB) runResult {
+func (c *campaign) check(db *ledgerDB) runResult {
 	var res runResult
 	s, err := channelsim.FetchStats(context.Background(), c.coreURL)
 	assert.NilError(c.t, err)

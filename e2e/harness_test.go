@@ -16,24 +16,43 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/mattn/go-sqlite3"
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
 
+	"dedup"
 	"dedup/channelsim"
+	"dedup/internal/pgtest"
+	"dedup/ledger"
+	"dedup/ledger/postgres"
 	"dedup/lhstd"
 )
 
 // binDir holds the binaries built once by TestMain.
 var binDir string
 
+// ledgerKind is the ledger the end-to-end tests run against: "sqlite" (a
+// temporary file per test, the default) or "postgres" (a fresh database per
+// test in a throwaway cluster), from DEDUP_E2E_LEDGER. The test command runs
+// the package once on each (scripts/test.sh).
+var ledgerKind = "sqlite"
+
 func TestMain(m *testing.M) {
+	if k := os.Getenv("DEDUP_E2E_LEDGER"); k != "" {
+		if k != "sqlite" && k != "postgres" {
+			fmt.Fprintln(os.Stderr, "DEDUP_E2E_LEDGER must be sqlite or postgres")
+			os.Exit(2)
+		}
+		ledgerKind = k
+	}
 	dir, err := os.MkdirTemp("", "dedup-e2e-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -51,7 +70,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	code := m.Run()
+	code := pgtest.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -206,7 +225,17 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-func tempDB(t *testing.T) string { return filepath.Join(t.TempDir(), "relay.db") }
+// tempDB returns the --db value of a new, empty ledger of ledgerKind.
+func tempDB(t *testing.T) string {
+	t.Helper()
+	if ledgerKind == "postgres" {
+		return pgtest.NewDatabase(t)
+	}
+	return filepath.Join(t.TempDir(), "relay.db")
+}
+
+// onPostgres reports whether the tests run against PostgreSQL.
+func onPostgres() bool { return ledgerKind == "postgres" }
 
 func startRelay(t *testing.T, db, coreURL string, args ...string) *proc {
 	t.Helper()
@@ -262,7 +291,7 @@ func send(t *testing.T, addr string, tg []byte) []byte {
 
 func code(reply []byte) string { return lhstd.ReplyCode(reply) }
 
-// row is a ledger row read the way an operator would, with sqlite.
+// row is a ledger row read the way an operator would, with SQL.
 type row struct {
 	State, RspCode, TxCode sql.NullString
 	Request, Response      []byte
@@ -270,16 +299,82 @@ type row struct {
 	UpdatedAt              string
 }
 
-func openDB(t *testing.T, path string) *sql.DB {
+// ledgerDB is a connection to a ledger as another tool (sqlite3, psql)
+// would have it. Tests write SQLite's dialect; on PostgreSQL, ? becomes
+// $n, datetime('now') becomes now() and datetime('now', ?) takes its
+// modifier ("-600 seconds", "-8 days") as an interval.
+type ledgerDB struct {
+	*sql.DB
+	pg bool
+}
+
+var (
+	datetimeModRE = regexp.MustCompile(`datetime\('now',\s*\?\)`)
+	datetimeLitRE = regexp.MustCompile(`datetime\('now',\s*'([^']*)'\)`)
+)
+
+func (d *ledgerDB) q(query string) string {
+	if !d.pg {
+		return query
+	}
+	query = datetimeModRE.ReplaceAllString(query, "(now() + CAST(? AS interval))")
+	query = datetimeLitRE.ReplaceAllString(query, "(now() + interval '$1')")
+	query = strings.ReplaceAll(query, "datetime('now')", "now()")
+	var b strings.Builder
+	n := 0
+	for _, c := range query {
+		if c == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// Exec runs a statement written in SQLite's dialect.
+func (d *ledgerDB) Exec(query string, args ...any) (sql.Result, error) {
+	return d.DB.Exec(d.q(query), args...)
+}
+
+// QueryRow runs a query written in SQLite's dialect.
+func (d *ledgerDB) QueryRow(query string, args ...any) *sql.Row {
+	return d.DB.QueryRow(d.q(query), args...)
+}
+
+// Query runs a query written in SQLite's dialect.
+func (d *ledgerDB) Query(query string, args ...any) (*sql.Rows, error) {
+	return d.DB.Query(d.q(query), args...)
+}
+
+// applySchema creates the table as a fresh relay would.
+func (d *ledgerDB) applySchema(t *testing.T) {
 	t.Helper()
-	db, err := sql.Open("sqlite3", path+"?_busy_timeout=10000&_journal_mode=WAL")
+	schema := dedup.Schema
+	if d.pg {
+		schema = postgres.Schema
+	}
+	_, err := d.DB.Exec(schema)
+	assert.NilError(t, err)
+}
+
+func openDB(t *testing.T, dsn string) *ledgerDB {
+	t.Helper()
+	if ledger.IsPostgresURL(dsn) {
+		db, err := sql.Open("pgx", dsn)
+		assert.NilError(t, err)
+		t.Cleanup(func() { db.Close() })
+		return &ledgerDB{DB: db, pg: true}
+	}
+	db, err := sql.Open("sqlite3", dsn+"?_busy_timeout=10000&_journal_mode=WAL")
 	assert.NilError(t, err)
 	t.Cleanup(func() { db.Close() })
-	return db
+	return &ledgerDB{DB: db}
 }
 
 // getRow returns guid's row, or nil.
-func getRow(t *testing.T, db *sql.DB, guid string) *row {
+func getRow(t *testing.T, db *ledgerDB, guid string) *row {
 	t.Helper()
 	var r row
 	err := db.QueryRow("SELECT tx_code, state, rsp_code, request, response, attempts, updated_at FROM tx WHERE guid=?", guid).
@@ -291,7 +386,7 @@ func getRow(t *testing.T, db *sql.DB, guid string) *row {
 	return &r
 }
 
-func countRows(t *testing.T, db *sql.DB) int {
+func countRows(t *testing.T, db *ledgerDB) int {
 	t.Helper()
 	var n int
 	assert.NilError(t, db.QueryRow("SELECT count(*) FROM tx").Scan(&n))
@@ -299,7 +394,7 @@ func countRows(t *testing.T, db *sql.DB) int {
 }
 
 // waitState polls until guid's row is in state.
-func waitState(t *testing.T, db *sql.DB, guid, state string, timeout time.Duration) {
+func waitState(t *testing.T, db *ledgerDB, guid, state string, timeout time.Duration) {
 	t.Helper()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		r := getRow(t, db, guid)

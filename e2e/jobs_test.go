@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -16,25 +15,23 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/icmd"
 
-	"dedup"
 	"dedup/channelsim"
 	"dedup/lhstd"
 )
 
 // newLedger creates a ledger file with the schema, as a fresh relay would,
 // and returns its path and a connection for positional inserts.
-func newLedger(t *testing.T) (string, *sql.DB) {
+func newLedger(t *testing.T) (string, *ledgerDB) {
 	t.Helper()
 	path := tempDB(t)
 	db := openDB(t, path)
-	_, err := db.Exec(dedup.Schema)
-	assert.NilError(t, err)
+	db.applySchema(t)
 	return path, db
 }
 
 // insert writes a row with a plain positional INSERT, as operators' tools
 // do; age is an SQLite modifier such as "-600 seconds".
-func insert(t *testing.T, db *sql.DB, guid, state string, rsp any, request, response any, attempts int, age string) {
+func insert(t *testing.T, db *ledgerDB, guid, state string, rsp any, request, response any, attempts int, age string) {
 	t.Helper()
 	_, err := db.Exec("INSERT INTO tx VALUES(?, 'TRF00001', ?, ?, ?, ?, ?, datetime('now', ?))", guid, state, rsp, request, response, attempts, age)
 	assert.NilError(t, err)
@@ -53,7 +50,7 @@ func lastLine(s string) string {
 }
 
 // rowsSnapshot returns every row, for "untouched" checks.
-func rowsSnapshot(t *testing.T, db *sql.DB) map[string]row {
+func rowsSnapshot(t *testing.T, db *ledgerDB) map[string]row {
 	t.Helper()
 	rs, err := db.Query("SELECT guid FROM tx")
 	assert.NilError(t, err)
@@ -78,7 +75,7 @@ type resolveFixture struct {
 	appliedReq                                           []byte
 }
 
-func layResolveFixture(t *testing.T, db *sql.DB) resolveFixture {
+func layResolveFixture(t *testing.T, db *ledgerDB) resolveFixture {
 	f := resolveFixture{applied: newGUID(), unseen: newGUID(), young: newGUID(), done: newGUID(), failed: newGUID(), sent: newGUID(), received: newGUID()}
 	f.appliedReq = telegram(t, f.applied)
 	insert(t, db, f.applied, "UNKNOWN", "E901", f.appliedReq, nil, 2, "-600 seconds")

@@ -16,6 +16,7 @@ import (
 	"dedup/coreapi"
 	"dedup/fakecore"
 	"dedup/ledger"
+	"dedup/ledger/sqlite"
 )
 
 // memStore is an in-memory Store with the ledger's semantics, used only by
@@ -111,7 +112,7 @@ func benchRelay(b *testing.B, store string, conns int) {
 	if store == "memory" {
 		st = newMemStore()
 	} else {
-		l, err := ledger.Open(filepath.Join(b.TempDir(), "bench.db"), ledger.Options{Synchronous: store})
+		l, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), ledger.Options{Synchronous: store})
 		if err != nil {
 			b.Fatal(err)
 		}

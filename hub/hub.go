@@ -19,7 +19,7 @@ import (
 	"dedup/lhstd"
 )
 
-// Store is the part of the ledger the relay uses. *ledger.Ledger implements
+// Store is the part of the ledger the relay uses. Every ledger.Ledger implements
 // it; the end-to-end benchmark wires an in-memory one to measure the ceiling.
 type Store interface {
 	Get(ctx context.Context, guid string) (*ledger.Row, error)

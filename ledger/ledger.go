@@ -1,54 +1,55 @@
-// Package ledger is the relay's durable state ledger: one SQLite row per GUID
-// recording what the relay knows about that transaction (spec: ledger.md).
+// Package ledger is the contract of the relay's durable state ledger: one row
+// per GUID recording what the relay knows about that transaction (spec:
+// ledger.md). It holds the types every backend shares and the Ledger
+// interface that the relay and the batch jobs use.
 //
-// Every write goes through one writer goroutine that owns the write
-// connection and commits whatever writes are waiting in one transaction (group
-// commit): with synchronous=FULL every commit costs an fsync, and batching lets
-// many transactions share one. A write returns only after the transaction
-// holding it has committed, so a caller never acts on an uncommitted claim.
-// Reads go through a separate pool of query-only connections and never wait
-// for the writer.
+// Two backends implement it, each in its own package: ledger/sqlite (one
+// file on the relay's host; the embedded default) and ledger/postgres (one
+// database shared by relays on several hosts). ledger/backend picks one from
+// the --db value, and ledger/ledgertest is the conformance suite that every
+// backend's tests run, so the rules are proven once for both.
 //
-// Every statement is the exact SQL of ledger.md; each is atomic on its own,
-// so several processes may share one ledger file.
+// Every write is one of ledger.md's statements and is atomic on its own, so
+// several processes (relays, batch jobs) may share one ledger.
 package ledger
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
-
-	sqlite3 "github.com/mattn/go-sqlite3"
 
 	"dedup"
 )
 
-// BusyTimeout is how long a statement waits for another writer's lock
-// before failing. The relay's --orphan-after bound assumes it.
+// BusyTimeout bounds how long one ledger statement waits for another
+// writer's lock (SQLite's busy timeout, PostgreSQL's lock_timeout and
+// statement_timeout). The relay's --orphan-after bound assumes it.
 const BusyTimeout = 5 * time.Second
-
-// DefaultMaxBatch bounds how many writes one commit carries.
-const DefaultMaxBatch = 256
 
 // ErrClosed is returned by writes submitted after Close.
 var ErrClosed = errors.New("ledger closed")
 
+// ErrBusy is wrapped by a write that failed because another writer held the
+// lock for longer than BusyTimeout. Nothing was written.
+var ErrBusy = errors.New("ledger busy: another writer held the lock for longer than the busy timeout")
+
 // Row is one ledger row.
 type Row struct {
-	GUID      string
-	TxCode    string // "" if NULL
-	State     dedup.State
-	RspCode   string // "" if NULL
-	Request   []byte // nil if NULL (rows written by other tools)
-	Response  []byte // nil if NULL
-	Attempts  int
-	UpdatedAt string // as stored: UTC "YYYY-MM-DD HH:MM:SS"; compared verbatim when fencing
+	GUID     string
+	TxCode   string // "" if NULL
+	State    dedup.State
+	RspCode  string // "" if NULL
+	Request  []byte // nil if NULL (rows written by other tools)
+	Response []byte // nil if NULL
+	Attempts int
+	// UpdatedAt is updated_at as the database keeps it, in UTC: SQLite's
+	// "YYYY-MM-DD HH:MM:SS", PostgreSQL's with microseconds. Settle fences
+	// on it verbatim.
+	UpdatedAt string
+	// Age is how long ago updated_at was, on the database's clock (never
+	// the host's), truncated to whole seconds.
+	Age time.Duration
 }
 
 // Outcome is what a claim's holder records when its core call ends.
@@ -58,243 +59,94 @@ type Outcome struct {
 	Response []byte // the reply telegram for DONE; nil otherwise
 }
 
-// Options configure Open.
+// StateStat summarises the rows in one state.
+type StateStat struct {
+	State  dedup.State
+	Rows   int64
+	Oldest time.Duration // age of the oldest row, on the database's clock; 0 if none
+}
+
+// Ledger is an open ledger. Implementations are safe for concurrent use.
+//
+// Writes that report an error did not happen as far as the caller may
+// assume: a claim that returns an error must not be sent (even if the
+// database did commit it, the row is then settled by the sweep and resolve,
+// never sent twice). A fenced write that matches no row returns false and
+// no error.
+type Ledger interface {
+	// Get returns the row of guid, or nil if there is none.
+	Get(ctx context.Context, guid string) (*Row, error)
+	// Claim claims a new GUID (none → SENT, attempts 1); claimed reports
+	// whether this caller owns it. The claim is committed before it returns.
+	Claim(ctx context.Context, guid, txCode string, request []byte) (claimed bool, err error)
+	// Reclaim takes a FAILED/E902 row back to SENT with attempts + 1.
+	// request is stored only if the row has none; maxAttempts > 0 admits
+	// only rows with fewer attempts (reprocess).
+	Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (attempt int, claimed bool, err error)
+	// Finish records the outcome of the holder's claim, fenced on attempt.
+	Finish(ctx context.Context, guid string, attempt int, o Outcome) (recorded bool, err error)
+	// Settle records resolve's verdict on an UNKNOWN row, fenced on the
+	// state, attempts and updated_at that were selected.
+	Settle(ctx context.Context, selected Row, o Outcome) (recorded bool, err error)
+	// SweepOrphans moves SENT/RECEIVED rows not updated for longer than
+	// after to UNKNOWN/E901 and returns how many it moved.
+	SweepOrphans(ctx context.Context, after time.Duration) (int64, error)
+	// SelectUnknown returns resolve's candidates: UNKNOWN rows not updated
+	// for at least minAge (whole seconds, so up to a second younger).
+	SelectUnknown(ctx context.Context, minAge time.Duration) ([]Row, error)
+	// SelectFailed returns reprocess's candidates: FAILED/E902 rows with
+	// fewer than maxAttempts attempts.
+	SelectFailed(ctx context.Context, maxAttempts int) ([]Row, error)
+	// CountExhausted counts FAILED/E902 rows at or above maxAttempts.
+	CountExhausted(ctx context.Context, maxAttempts int) (int, error)
+	// CountPurgeable counts the DONE rows that PurgeBatch would delete.
+	CountPurgeable(ctx context.Context, days int) (int64, error)
+	// PurgeBatch deletes at most limit DONE rows not updated for days days.
+	PurgeBatch(ctx context.Context, days, limit int) (int64, error)
+	// SelectState lists rows in state not updated for at least olderThan,
+	// oldest first, at most limit (0: no limit).
+	SelectState(ctx context.Context, state dedup.State, olderThan time.Duration, limit int) ([]Row, error)
+	// Stats counts the rows per state with the oldest age of each, through
+	// the state index. Every state appears, with 0 rows if it has none.
+	Stats(ctx context.Context) ([]StateStat, error)
+	// Close releases the ledger. Writes after Close fail with ErrClosed.
+	Close() error
+}
+
+// States lists every ledger state in a fixed order, for summaries.
+var States = []dedup.State{dedup.StateReceived, dedup.StateSent, dedup.StateDone, dedup.StateUnknown, dedup.StateFailed}
+
+// Options configure a backend's Open.
 type Options struct {
-	// Synchronous is SQLite's synchronous setting: "full" (default) or
-	// "normal". NORMAL in WAL mode survives a crash of the process but may
-	// lose the last commits on a power cut.
+	// Synchronous is "full" (default) or "normal". SQLite: its synchronous
+	// setting (NORMAL survives a crash of the process but may lose the last
+	// commits on a power cut). PostgreSQL: "normal" also accepts a session
+	// whose synchronous_commit is off or local, which is otherwise refused.
 	Synchronous string
-	// MaxBatch bounds the writes per commit; 0 means DefaultMaxBatch, 1
-	// disables group commit.
+	// MaxBatch bounds the writes per SQLite commit; 0 means the default,
+	// 1 disables group commit. PostgreSQL ignores it.
 	MaxBatch int
-	// ReadConns bounds the read pool; 0 means 8.
-	ReadConns int
+	// Conns bounds the connection pool (SQLite: the read pool;
+	// PostgreSQL: every connection); 0 means the backend's default.
+	Conns int
+	// Faults injects commit failures; tests only (nil in every binary).
+	Faults *Faults
 }
 
-// Ledger is an open ledger file. It is safe for concurrent use.
-type Ledger struct {
-	wdb      *sql.DB
-	rdb      *sql.DB
-	conn     *sql.Conn // the writer's connection, owned by the writer goroutine
-	stmts    writeStmts
-	getStmt  *sql.Stmt
-	ops      chan *op // unbuffered: a completed send means the writer owns the op
-	quit     chan struct{}
-	stopped  chan struct{}
-	maxBatch int
+// Faults lets a test make commits fail, to prove that no caller acts on a
+// write that did not (or may not) have happened.
+type Faults struct {
+	// BeforeCommit, if it returns an error, makes the commit fail: the
+	// writes are rolled back and every caller gets the error.
+	BeforeCommit func() error
+	// AfterCommit, if it returns an error, reports a commit that did
+	// happen as failed: an acknowledgement lost on the way (an ambiguous
+	// commit).
+	AfterCommit func() error
 }
 
-// Open opens (creating if needed) the ledger at path, applies the schema,
-// and starts the writer. Errors name the path and the cause.
-func Open(path string, opts Options) (*Ledger, error) {
-	l, err := open(path, opts)
-	if err != nil {
-		return nil, fmt.Errorf("open ledger %s: %w", path, err)
-	}
-	return l, nil
-}
-
-func open(path string, opts Options) (*Ledger, error) {
-	sync := strings.ToUpper(opts.Synchronous)
-	if sync == "" {
-		sync = "FULL"
-	}
-	if sync != "FULL" && sync != "NORMAL" {
-		return nil, fmt.Errorf("synchronous %q: want full or normal", opts.Synchronous)
-	}
-	if path == "" {
-		return nil, errors.New("empty path")
-	}
-	if strings.ContainsAny(path, "?#") || strings.HasPrefix(path, "file:") || path == ":memory:" {
-		// The driver would read these as URI syntax or an in-memory
-		// database; the ledger must be a plain file on disk (domain.md rule 8).
-		return nil, errors.New("path must be a plain file name (no '?', '#', 'file:' or ':memory:')")
-	}
-	if dir := filepath.Dir(path); dir != "" {
-		if fi, err := os.Stat(dir); err != nil {
-			return nil, fmt.Errorf("directory: %w", err)
-		} else if !fi.IsDir() {
-			return nil, fmt.Errorf("directory %s is not a directory", dir)
-		}
-	}
-	params := fmt.Sprintf("_journal_mode=WAL&_synchronous=%s&_busy_timeout=%d&_txlock=immediate",
-		sync, BusyTimeout.Milliseconds())
-	wdb, err := sql.Open("sqlite3", path+"?"+params)
-	if err != nil {
-		return nil, err
-	}
-	wdb.SetMaxOpenConns(1)
-	wdb.SetConnMaxIdleTime(0)
-	wdb.SetConnMaxLifetime(0)
-
-	l := &Ledger{wdb: wdb, ops: make(chan *op), quit: make(chan struct{}), stopped: make(chan struct{})}
-	fail := func(err error) (*Ledger, error) {
-		if l.conn != nil {
-			l.conn.Close()
-		}
-		if l.rdb != nil {
-			l.rdb.Close()
-		}
-		wdb.Close()
-		return nil, err
-	}
-	ctx := context.Background()
-	l.conn, err = wdb.Conn(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	var mode string
-	if err := l.conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		return fail(err)
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fail(fmt.Errorf("journal mode is %q, not WAL (is the file system local?)", mode))
-	}
-	if _, err := l.conn.ExecContext(ctx, dedup.Schema); err != nil {
-		return fail(fmt.Errorf("apply schema: %w", err))
-	}
-	// Checkpoints stay SQLite's automatic ones (every 1000 WAL pages, run
-	// by the committing connection). A background checkpointer was tried
-	// and measured worse: under a steady writer it never catches up with
-	// the WAL's end, so the WAL is never restarted and grows, and every
-	// commit's fsync then also journals the file's new size (1 caller:
-	// 0.75-0.95 ms per claim+finish against 0.52 ms).
-	// From here on the writer waits for the lock itself (see begin), still
-	// for at most BusyTimeout; statements inside a transaction that holds
-	// the lock never wait.
-	if _, err := l.conn.ExecContext(ctx, "PRAGMA busy_timeout=0"); err != nil {
-		return fail(fmt.Errorf("busy timeout: %w", err))
-	}
-	if l.stmts, err = prepareWrites(ctx, l.conn); err != nil {
-		return fail(err)
-	}
-
-	rdb, err := sql.Open("sqlite3", path+"?"+params+"&_query_only=1")
-	if err != nil {
-		return fail(err)
-	}
-	l.rdb = rdb
-	n := opts.ReadConns
-	if n <= 0 {
-		n = 8
-	}
-	rdb.SetMaxOpenConns(n)
-	rdb.SetMaxIdleConns(n)
-	if l.getStmt, err = rdb.PrepareContext(ctx, "SELECT "+rowColumns+" FROM tx WHERE guid=?"); err != nil {
-		return fail(fmt.Errorf("prepare lookup: %w", err))
-	}
-
-	l.maxBatch = opts.MaxBatch
-	if l.maxBatch <= 0 {
-		l.maxBatch = DefaultMaxBatch
-	}
-	go l.writer()
-	return l, nil
-}
-
-// Close stops the writer and closes the database. Writes submitted after
-// Close fail with ErrClosed; a write already taken by the writer completes.
-func (l *Ledger) Close() error {
-	select {
-	case <-l.quit:
-		return nil
-	default:
-	}
-	close(l.quit)
-	<-l.stopped
-	l.getStmt.Close()
-	l.stmts.close()
-	err := l.conn.Close()
-	l.rdb.Close()
-	if cerr := l.wdb.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// IsBusy reports whether err is SQLite's "database is locked" (busy
-// timeout exceeded).
-func IsBusy(err error) bool {
-	var se sqlite3.Error
-	return errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked)
-}
-
-const rowColumns = "guid, tx_code, state, rsp_code, request, response, attempts, updated_at"
-
-type scanner interface{ Scan(...any) error }
-
-func scanRow(s scanner) (*Row, error) {
-	var r Row
-	var txCode, rsp sql.NullString
-	var state string
-	if err := s.Scan(&r.GUID, &txCode, &state, &rsp, &r.Request, &r.Response, &r.Attempts, &r.UpdatedAt); err != nil {
-		return nil, err
-	}
-	r.TxCode, r.RspCode, r.State = txCode.String, rsp.String, dedup.State(state)
-	return &r, nil
-}
-
-// Get returns the row of guid, or nil if there is none. It reads through the
-// read pool and never waits for the writer.
-func (l *Ledger) Get(ctx context.Context, guid string) (*Row, error) {
-	r, err := scanRow(l.getStmt.QueryRowContext(ctx, guid))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", guid, err)
-	}
-	return r, nil
-}
-
-// secondsAgo is the SQLite modifier for "s seconds before now". Time is
-// always compared by SQLite itself, so rows written by other tools compare
-// correctly.
-func secondsAgo(d time.Duration) string {
-	return "-" + strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " seconds"
-}
-
-func (l *Ledger) selectRows(ctx context.Context, what, query string, args ...any) ([]Row, error) {
-	// Read the whole selection before returning: an open cursor during the
-	// core calls would keep the WAL from being checkpointed.
-	rows, err := l.rdb.QueryContext(ctx, "SELECT "+rowColumns+" FROM tx WHERE "+query+" ORDER BY updated_at, guid", args...)
-	if err != nil {
-		return nil, fmt.Errorf("select %s: %w", what, err)
-	}
-	defer rows.Close()
-	var out []Row
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return nil, fmt.Errorf("select %s: %w", what, err)
-		}
-		out = append(out, *r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("select %s: %w", what, err)
-	}
-	return out, nil
-}
-
-// SelectUnknown returns the UNKNOWN rows not updated for minAge (resolve's
-// candidates).
-func (l *Ledger) SelectUnknown(ctx context.Context, minAge time.Duration) ([]Row, error) {
-	return l.selectRows(ctx, "unknown", "state='UNKNOWN' AND updated_at <= datetime('now', ?)", secondsAgo(minAge))
-}
-
-// SelectFailed returns the FAILED/E902 rows with fewer than maxAttempts
-// attempts (reprocess's candidates).
-func (l *Ledger) SelectFailed(ctx context.Context, maxAttempts int) ([]Row, error) {
-	return l.selectRows(ctx, "failed", "state='FAILED' AND rsp_code='E902' AND attempts < ?", maxAttempts)
-}
-
-// CountExhausted counts FAILED/E902 rows at or above maxAttempts: rows no
-// reprocess run will send again, which an operator must review.
-func (l *Ledger) CountExhausted(ctx context.Context, maxAttempts int) (int, error) {
-	var n int
-	err := l.rdb.QueryRowContext(ctx, "SELECT count(*) FROM tx WHERE state='FAILED' AND rsp_code='E902' AND attempts >= ?", maxAttempts).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("count exhausted: %w", err)
-	}
-	return n, nil
+// IsPostgresURL reports whether db names a PostgreSQL database (a URL with
+// the postgres:// or postgresql:// scheme) rather than a SQLite file.
+func IsPostgresURL(db string) bool {
+	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }

@@ -26,7 +26,7 @@ func main() {
 		log.Warn("purge --days 0 forgets every finished transaction: a retransmission of one would be sent to the core again")
 	}
 	os.Exit(cli.RunJob("purge", f.DB, log, []any{"days", int(f.Days)},
-		func(ctx context.Context, l *ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
+		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
 			return batch.Purge(ctx, l, int(f.Days), log)
 		}))
 }

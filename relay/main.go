@@ -17,6 +17,7 @@ import (
 	"dedup/coreapi"
 	"dedup/hub"
 	"dedup/ledger"
+	"dedup/ledger/backend"
 )
 
 type flags struct {
@@ -54,7 +55,7 @@ func main() {
 }
 
 func run(f *flags, log *slog.Logger) int {
-	l, err := ledger.Open(f.DB, ledger.Options{Synchronous: f.Synchronous})
+	l, err := backend.Open(f.DB, ledger.Options{Synchronous: f.Synchronous})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
 		return cli.ExitRuntime

@@ -38,7 +38,7 @@ func main() {
 		cli.Fatal("reprocess", err)
 	}
 	os.Exit(cli.RunJob("reprocess", f.DB, f.Logger(os.Stderr), []any{"core", f.Core, "max_attempts", int(f.MaxAttempts)},
-		func(ctx context.Context, l *ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
+		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
 			sum, err := batch.Reprocess(ctx, l, core, int(f.MaxAttempts), log)
 			if sum.Exhausted > 0 {
 				log.Warn("reprocess: rows at the attempt limit need an operator", "exhausted", sum.Exhausted)

@@ -28,7 +28,7 @@ func main() {
 		cli.Fatal("resolve", err)
 	}
 	os.Exit(cli.RunJob("resolve", f.DB, f.Logger(os.Stderr), []any{"core", f.Core, "min_age_s", f.MinAge.D().Seconds()},
-		func(ctx context.Context, l *ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
+		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
 			return batch.Resolve(ctx, l, core, f.MinAge.D(), log)
 		}))
 }

@@ -1,4 +1,4 @@
-package ledger
+package sqlite
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"dedup/ledger"
 )
 
 // The exact statements of ledger.md "Transitions".
@@ -23,8 +25,9 @@ WHERE guid=? AND state='SENT' AND attempts=?`
 WHERE guid=? AND state='UNKNOWN' AND attempts=? AND updated_at=?`
 	sqlSweep = `UPDATE tx SET state='UNKNOWN', rsp_code='E901', response=NULL, updated_at=datetime('now')
 WHERE state IN ('SENT','RECEIVED') AND updated_at < datetime('now', ?)`
-	sqlPurge = `DELETE FROM tx WHERE rowid IN
-(SELECT rowid FROM tx WHERE state='DONE' AND updated_at <= datetime('now', ?) LIMIT ?)`
+	// By guid, not rowid: the table may be WITHOUT ROWID (ledger.md).
+	sqlPurge = `DELETE FROM tx WHERE guid IN
+(SELECT guid FROM tx WHERE state='DONE' AND updated_at <= datetime('now', ?) LIMIT ?)`
 )
 
 type writeStmts struct {
@@ -66,10 +69,6 @@ type op struct {
 	done chan error
 }
 
-// commitHook, if set by a test in this package, runs just before COMMIT; an
-// error from it fails the batch as a failing COMMIT would.
-var commitHook func() error
-
 // submit hands o to the writer and waits for its batch to commit. Once the
 // writer has taken o, submit waits for the outcome whatever ctx says: a
 // caller must never act as if a write failed that may have committed.
@@ -78,7 +77,7 @@ func (l *Ledger) submit(ctx context.Context, o *op) error {
 	select {
 	case l.ops <- o:
 	case <-l.quit:
-		return ErrClosed
+		return ledger.ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -123,12 +122,18 @@ func (l *Ledger) writer() {
 // second relay would starve and fail with "database is locked". Polling
 // every few hundred microseconds finds the gaps; the bound stays 5 s.
 func (l *Ledger) begin(ctx context.Context) error {
-	deadline := time.Now().Add(BusyTimeout)
+	deadline := time.Now().Add(ledger.BusyTimeout)
 	pause := 50 * time.Microsecond
 	for {
 		_, err := l.conn.ExecContext(ctx, "BEGIN IMMEDIATE")
-		if err == nil || !IsBusy(err) || time.Now().After(deadline) {
-			return err
+		if err == nil {
+			return nil
+		}
+		if !isBusy(err) {
+			return describe(err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %v", ledger.ErrBusy, err)
 		}
 		time.Sleep(pause + time.Duration(rand.Int64N(int64(pause))))
 		pause = min(2*pause, 500*time.Microsecond)
@@ -152,16 +157,21 @@ func (l *Ledger) commit(batch []*op) (err error) {
 	}()
 	for _, o := range batch {
 		if err := o.run(ctx, &l.stmts); err != nil {
-			return err
+			return describe(err)
 		}
 	}
-	if commitHook != nil {
-		if err := commitHook(); err != nil {
+	if l.faults != nil && l.faults.BeforeCommit != nil {
+		if err := l.faults.BeforeCommit(); err != nil {
 			return fmt.Errorf("commit: %w", err)
 		}
 	}
 	if _, err := l.conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return fmt.Errorf("commit: %w", describe(err))
+	}
+	if l.faults != nil && l.faults.AfterCommit != nil {
+		if err := l.faults.AfterCommit(); err != nil {
+			return fmt.Errorf("commit acknowledgement: %w", err)
+		}
 	}
 	return nil
 }
@@ -209,7 +219,7 @@ func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAt
 // UNKNOWN or FAILED), fenced on attempt: it changes the row only if it is
 // still SENT with the holder's attempt number. recorded reports whether it
 // did.
-func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o Outcome) (recorded bool, err error) {
+func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.Outcome) (recorded bool, err error) {
 	var n int64
 	err = l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
 		res, err := s.finish.ExecContext(ctx, string(o.State), o.RspCode, o.Response, guid, attempt)
@@ -229,7 +239,7 @@ func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o Outcome
 // DONE or FAILED), fenced on the state, attempts and updated_at that were
 // selected: a row changed meanwhile is left alone. recorded reports whether
 // the row was changed.
-func (l *Ledger) Settle(ctx context.Context, selected Row, o Outcome) (recorded bool, err error) {
+func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outcome) (recorded bool, err error) {
 	var n int64
 	err = l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
 		res, err := s.settle.ExecContext(ctx, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt)

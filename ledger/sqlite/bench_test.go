@@ -1,4 +1,4 @@
-package ledger
+package sqlite
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"dedup"
+	"dedup/ledger"
 )
 
 // BenchmarkClaimFinish measures the ledger's hot path (one claim and one
@@ -26,7 +27,7 @@ func BenchmarkClaimFinish(b *testing.B) {
 					mode = "unbatched"
 				}
 				b.Run(fmt.Sprintf("%s/%s/callers=%d", sync, mode, callers), func(b *testing.B) {
-					benchClaimFinish(b, Options{Synchronous: sync, MaxBatch: batch}, callers)
+					benchClaimFinish(b, ledger.Options{Synchronous: sync, MaxBatch: batch}, callers)
 				})
 			}
 		}
@@ -35,7 +36,7 @@ func BenchmarkClaimFinish(b *testing.B) {
 
 var benchSeq atomic.Int64
 
-func benchClaimFinish(b *testing.B, opts Options, callers int) {
+func benchClaimFinish(b *testing.B, opts ledger.Options, callers int) {
 	l, err := Open(filepath.Join(b.TempDir(), "bench.db"), opts)
 	if err != nil {
 		b.Fatal(err)
@@ -58,7 +59,7 @@ func benchClaimFinish(b *testing.B, opts Options, callers int) {
 					b.Errorf("claim %s: %v %v", g, ok, err)
 					return
 				}
-				if ok, err := l.Finish(ctx, g, 1, Outcome{State: dedup.StateDone, RspCode: "0000", Response: resp}); err != nil || !ok {
+				if ok, err := l.Finish(ctx, g, 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: resp}); err != nil || !ok {
 					b.Errorf("finish %s: %v %v", g, ok, err)
 					return
 				}

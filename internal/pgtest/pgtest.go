@@ -1,0 +1,247 @@
+// Package pgtest starts throwaway PostgreSQL clusters for the tests: the
+// Debian package's initdb and pg_ctl (run as the postgres user when the tests
+// run as root), a temporary data directory, a free loopback port, fsync on,
+// removed at the end. Nothing is mocked: the tests run against the real
+// server the binaries will meet in production.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Cluster is a running throwaway cluster.
+type Cluster struct {
+	Dir    string // data directory
+	Host   string // address it listens on
+	Port   int
+	bin    string   // directory of initdb and pg_ctl
+	prefix []string // runs a command as the cluster's owner (and in its namespace)
+	dbSeq  atomic.Int64
+}
+
+// Options configure Start.
+type Options struct {
+	// Host is the address to listen on; default 127.0.0.1.
+	Host string
+	// Netns, if set, runs the server inside that network namespace.
+	Netns string
+}
+
+// binDir finds the newest installed PostgreSQL's binaries.
+func binDir() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool {
+		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
+		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
+		return vi > vj
+	})
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err == nil {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", errors.New("PostgreSQL server binaries not found (install the Debian package postgresql: scripts/setup.sh does)")
+}
+
+// FreePort returns a TCP port nobody listens on at host.
+func FreePort(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start creates and starts a cluster.
+func Start(opts Options) (*Cluster, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Host: opts.Host, bin: bin}
+	if c.Host == "" {
+		c.Host = "127.0.0.1"
+	}
+	if opts.Netns != "" {
+		c.prefix = []string{"ip", "netns", "exec", opts.Netns}
+	}
+	dir, err := os.MkdirTemp("", "dedup-pg-")
+	if err != nil {
+		return nil, err
+	}
+	c.Dir = dir
+	if os.Geteuid() == 0 {
+		// initdb refuses to run as root: the cluster belongs to postgres.
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("running as root needs the postgres user: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		c.prefix = append(c.prefix, "runuser", "-u", "postgres", "--")
+	}
+	if out, err := c.run("initdb", "-D", filepath.Join(dir, "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	if opts.Netns == "" {
+		if c.Port, err = FreePort(c.Host); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	} else {
+		c.Port = 5432 // a namespace of its own has every port free
+	}
+	if err := c.StartServer(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) run(name string, args ...string) ([]byte, error) {
+	argv := append(append([]string{}, c.prefix...), filepath.Join(c.bin, name))
+	argv = append(argv, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = c.Dir
+	return cmd.CombinedOutput()
+}
+
+// StartServer starts the server (again, after StopServer) on the same port
+// and data directory, and waits until it accepts connections.
+func (c *Cluster) StartServer() error {
+	o := fmt.Sprintf("-p %d -k %s -c listen_addresses=%s -c fsync=on -c synchronous_commit=on -c max_connections=300 -c shared_buffers=64MB",
+		c.Port, c.Dir, c.Host)
+	if out, err := c.run("pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-l", filepath.Join(c.Dir, "log"), "-w", "-t", "60", "-o", o, "start"); err != nil {
+		log, _ := os.ReadFile(filepath.Join(c.Dir, "log"))
+		return fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
+	}
+	return nil
+}
+
+// StopServer stops the server; mode is pg_ctl's: "fast" or "immediate" (a
+// crash: no shutdown checkpoint, connections cut).
+func (c *Cluster) StopServer(mode string) error {
+	if out, err := c.run("pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-m", mode, "-w", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// Remove stops the server and deletes the cluster.
+func (c *Cluster) Remove() {
+	c.StopServer("immediate")
+	os.RemoveAll(c.Dir)
+}
+
+// URL returns the URL of database db.
+func (c *Cluster) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)), db)
+}
+
+// NewDatabase creates an empty database and returns its URL.
+func (c *Cluster) NewDatabase() (string, error) {
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), c.dbSeq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", err
+	}
+	return c.URL(name), nil
+}
+
+var shared struct {
+	sync.Mutex
+	c *Cluster
+}
+
+// Shared returns the test binary's shared cluster, starting it on first
+// use. It fails the test if PostgreSQL cannot be started: a ledger test
+// that silently skipped its PostgreSQL half would hide a gap. TestMain
+// calls RemoveShared after the tests.
+func Shared(t testing.TB) *Cluster {
+	t.Helper()
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.c == nil {
+		c, err := Start(Options{})
+		if err != nil {
+			t.Fatalf("start PostgreSQL: %v", err)
+		}
+		shared.c = c
+	}
+	return shared.c
+}
+
+// NewDatabase creates an empty database in the shared cluster and returns
+// its URL.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	url, err := Shared(t).NewDatabase()
+	if err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	return url
+}
+
+// RemoveShared removes the shared cluster, if one was started.
+func RemoveShared() {
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.c != nil {
+		shared.c.Remove()
+		shared.c = nil
+	}
+}
+
+// Main runs a test binary's tests and then removes the shared cluster.
+func Main(m *testing.M) int {
+	code := m.Run()
+	RemoveShared()
+	return code
+}
+
+// Exec runs statements on url (test set-up by SQL, as another tool would).
+func Exec(t testing.TB, url, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("exec %q: %v", strings.TrimSpace(sql), err)
+	}
+}

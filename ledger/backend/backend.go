@@ -1,0 +1,37 @@
+// Package backend opens the ledger that a --db value names: a postgres:// or
+// postgresql:// URL is the PostgreSQL backend, anything else a SQLite file.
+// It is the one place that knows both backends; the relay and the jobs see
+// only ledger.Ledger.
+package backend
+
+import (
+	"dedup/ledger"
+	"dedup/ledger/postgres"
+	"dedup/ledger/sqlite"
+)
+
+// Open opens the ledger db names, applying its schema.
+func Open(db string, opts ledger.Options) (ledger.Ledger, error) {
+	if ledger.IsPostgresURL(db) {
+		return postgres.Open(db, opts)
+	}
+	return sqlite.Open(db, opts)
+}
+
+// Check reports what is wrong with db without opening or creating anything,
+// so that a binary can refuse a bad --db as a usage error.
+func Check(db string) error {
+	if ledger.IsPostgresURL(db) {
+		return postgres.CheckURL(db)
+	}
+	return sqlite.CheckPath(db)
+}
+
+// Describe returns db as it may be shown in logs: a PostgreSQL URL without
+// its password, a SQLite path as it is.
+func Describe(db string) string {
+	if ledger.IsPostgresURL(db) {
+		return postgres.Redact(db)
+	}
+	return db
+}

@@ -1,0 +1,462 @@
+// Package postgres is the PostgreSQL backend of the ledger (spec: ledger.md
+// "PostgreSQL"): one database that relays on several hosts share, so that
+// losing a host loses nothing and no GUID is sent by two relays.
+//
+// Every write is one autocommit statement on a pooled connection (pgx's own
+// pool): PostgreSQL groups the WAL flushes of concurrent commits by itself,
+// so unlike the SQLite backend there is no writer goroutine and no batching
+// here (README "Benchmarks" has the measurement behind that choice). Every
+// age is the server's now() minus the row's updated_at; no statement binds
+// a time computed on a relay's host, so hosts whose clocks disagree still
+// sweep, resolve and purge the same rows.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"dedup"
+	"dedup/ledger"
+)
+
+// Schema is ledger.md's PostgreSQL DDL: the same table in the same column
+// order as schema.sql, so that positional inserts by other tools work on
+// both backends. Applied on every open; every statement is idempotent.
+const Schema = `CREATE TABLE IF NOT EXISTS tx (
+  guid       text        NOT NULL PRIMARY KEY,
+  tx_code    text,
+  state      text        NOT NULL CHECK (state IN ('RECEIVED','SENT','DONE','UNKNOWN','FAILED')),
+  rsp_code   text,
+  request    bytea,
+  response   bytea,
+  attempts   integer     NOT NULL DEFAULT 0,
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS tx_state_updated ON tx (state, updated_at);`
+
+// schemaLockKey serialises concurrent opens applying Schema: two sessions
+// running CREATE TABLE IF NOT EXISTS at once can both try to create it.
+const schemaLockKey = 0x646564757000 // "dedup\0"
+
+// DefaultConns is the pool size when Options.Conns is 0: enough for a relay
+// at 64 channel connections, well below PostgreSQL's default 100.
+const DefaultConns = 16
+
+// ConnectTimeout bounds one attempt to connect to the server. While the
+// database is unreachable a claim fails within it and the relay answers E902.
+const ConnectTimeout = 2 * time.Second
+
+// The statements of ledger.md in PostgreSQL's dialect.
+const (
+	rowColumns = `guid, tx_code, state, rsp_code, request, response, attempts,
+to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'),
+floor(extract(epoch FROM now() - updated_at))::bigint`
+	sqlGet   = `SELECT ` + rowColumns + ` FROM tx WHERE guid=$1`
+	sqlClaim = `INSERT INTO tx(guid,tx_code,state,rsp_code,request,response,attempts,updated_at)
+VALUES($1,$2,'SENT',NULL,$3,NULL,1,now()) ON CONFLICT (guid) DO NOTHING`
+	sqlReclaim = `UPDATE tx SET state='SENT', rsp_code=NULL, attempts=attempts+1, request=COALESCE(request,$1), updated_at=now()
+WHERE guid=$2 AND state='FAILED' AND rsp_code='E902' AND ($3::integer=0 OR attempts < $3::integer) RETURNING attempts`
+	sqlFinish = `UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
+WHERE guid=$4 AND state='SENT' AND attempts=$5`
+	// updated_at is fenced exactly as read, to the microsecond.
+	sqlSettle = `UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
+WHERE guid=$4 AND state='UNKNOWN' AND attempts=$5 AND updated_at=($6::timestamp AT TIME ZONE 'UTC')`
+	sqlSweep = `UPDATE tx SET state='UNKNOWN', rsp_code='E901', response=NULL, updated_at=now()
+WHERE state IN ('SENT','RECEIVED') AND updated_at < now() - make_interval(secs => $1)`
+	sqlPurge = `DELETE FROM tx WHERE guid IN
+(SELECT guid FROM tx WHERE state='DONE' AND updated_at <= now() - make_interval(days => $1) LIMIT $2)`
+	sqlStats = `SELECT state, count(*), COALESCE(floor(extract(epoch FROM now() - min(updated_at))), 0)::bigint
+FROM tx GROUP BY state`
+)
+
+// Ledger is an open PostgreSQL ledger. It is safe for concurrent use.
+type Ledger struct {
+	pool   *pgxpool.Pool
+	faults *ledger.Faults
+	closed atomic.Bool
+}
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+// Redact returns dsn as it may be shown to a person: the password replaced,
+// everything else (user, host, port, database) kept so that an error names
+// the server.
+func Redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "postgres://(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// CheckURL reports what is wrong with dsn as a PostgreSQL URL without
+// connecting.
+func CheckURL(dsn string) error {
+	if _, err := pgxpool.ParseConfig(dsn); err != nil {
+		return errors.New(scrub(err.Error(), dsn))
+	}
+	return nil
+}
+
+// scrub removes the password of dsn from msg, whatever the library put in it.
+func scrub(msg, dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// Open connects to the database at dsn, checks that commits are durable,
+// and applies the schema. Errors name the server (never the password) and
+// the cause.
+func Open(dsn string, opts ledger.Options) (*Ledger, error) {
+	l, err := open(dsn, opts)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger %s: %s", Redact(dsn), scrub(err.Error(), dsn))
+	}
+	return l, nil
+}
+
+func open(dsn string, opts ledger.Options) (*Ledger, error) {
+	sync := strings.ToLower(opts.Synchronous)
+	if sync != "" && sync != "full" && sync != "normal" {
+		return nil, fmt.Errorf("synchronous %q: want full or normal", opts.Synchronous)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	// Every statement is bounded like SQLite's busy timeout, so that a
+	// claim's holder ends within the bound --orphan-after assumes.
+	ms := fmt.Sprint(ledger.BusyTimeout.Milliseconds())
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = ms
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = ms
+	cfg.ConnConfig.RuntimeParams["TimeZone"] = "UTC"
+	cfg.ConnConfig.RuntimeParams["application_name"] = "dedup"
+	cfg.ConnConfig.ConnectTimeout = ConnectTimeout
+	cfg.MaxConns = int32(opts.Conns)
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultConns
+	}
+	cfg.MinConns = 0
+	ctx, cancel := context.WithTimeout(context.Background(), 3*ConnectTimeout)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	l := &Ledger{pool: pool, faults: opts.Faults}
+	if err := l.prepare(ctx, sync == "normal"); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Ledger) prepare(ctx context.Context, normal bool) error {
+	c, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("cannot reach the database: %w", err)
+	}
+	defer c.Release()
+	var sc string
+	if err := c.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil {
+		return fmt.Errorf("read synchronous_commit: %w", err)
+	}
+	if (sc == "off" || sc == "local") && !normal {
+		return fmt.Errorf("synchronous_commit is %q: a claim could be acknowledged and then lost; set it to on (or pass --synchronous normal to accept that risk)", sc)
+	}
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("apply schema: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLockKey)); err != nil {
+		return fmt.Errorf("apply schema: %w", err)
+	}
+	if _, err := tx.Exec(ctx, Schema); err != nil {
+		return fmt.Errorf("apply schema: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("apply schema: %w", err)
+	}
+	return nil
+}
+
+// Close closes every connection. Writes after Close fail with ErrClosed.
+func (l *Ledger) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	l.pool.Close()
+	return nil
+}
+
+// bound limits one ledger operation, the wait for a connection included:
+// a database that does not answer (a partition, not a refusal) must not hold
+// a claim's holder past the busy timeout.
+func bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, ledger.BusyTimeout+time.Second)
+}
+
+// classify maps PostgreSQL's lock and statement timeouts to ErrBusy.
+func classify(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014") { // lock_not_available, query_canceled
+		return fmt.Errorf("%w: %v", ledger.ErrBusy, err)
+	}
+	return err
+}
+
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// write runs one write statement. Without faults it is one autocommit
+// statement; with faults (tests) it runs in an explicit transaction so that
+// the hooks can fail it before or after its COMMIT.
+func (l *Ledger) write(ctx context.Context, fn func(ctx context.Context, q querier) error) error {
+	if l.closed.Load() {
+		return ledger.ErrClosed
+	}
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	if l.faults == nil {
+		return classify(fn(ctx, l.pool))
+	}
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return classify(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := fn(ctx, tx); err != nil {
+		return classify(err)
+	}
+	if l.faults.BeforeCommit != nil {
+		if err := l.faults.BeforeCommit(); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", classify(err))
+	}
+	if l.faults.AfterCommit != nil {
+		if err := l.faults.AfterCommit(); err != nil {
+			return fmt.Errorf("commit acknowledgement: %w", err)
+		}
+	}
+	return nil
+}
+
+func (l *Ledger) execCount(ctx context.Context, sql string, args ...any) (int64, error) {
+	var n int64
+	err := l.write(ctx, func(ctx context.Context, q querier) error {
+		tag, err := q.Exec(ctx, sql, args...)
+		n = tag.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// Claim claims a new GUID (none → SENT, attempts 1). A concurrent claim of
+// the same GUID waits for the first to commit, then affects nothing.
+func (l *Ledger) Claim(ctx context.Context, guid, txCode string, request []byte) (bool, error) {
+	n, err := l.execCount(ctx, sqlClaim, guid, txCode, request)
+	if err != nil {
+		return false, fmt.Errorf("claim %s: %w", guid, err)
+	}
+	return n == 1, nil
+}
+
+// Reclaim takes a FAILED/E902 row back to SENT with attempts + 1.
+func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (int, bool, error) {
+	var attempt int
+	err := l.write(ctx, func(ctx context.Context, q querier) error {
+		err := q.QueryRow(ctx, sqlReclaim, request, guid, maxAttempts).Scan(&attempt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			attempt = 0
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("reclaim %s: %w", guid, err)
+	}
+	return attempt, attempt > 0, nil
+}
+
+// Finish records the outcome of the holder's claim, fenced on attempt.
+func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.Outcome) (bool, error) {
+	n, err := l.execCount(ctx, sqlFinish, string(o.State), o.RspCode, o.Response, guid, attempt)
+	if err != nil {
+		return false, fmt.Errorf("finish %s attempt %d: %w", guid, attempt, err)
+	}
+	return n == 1, nil
+}
+
+// Settle records resolve's verdict, fenced on the row as selected.
+func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outcome) (bool, error) {
+	n, err := l.execCount(ctx, sqlSettle, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt)
+	if err != nil {
+		return false, fmt.Errorf("settle %s: %w", selected.GUID, err)
+	}
+	return n == 1, nil
+}
+
+// SweepOrphans moves SENT/RECEIVED rows older than after to UNKNOWN/E901.
+func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, error) {
+	n, err := l.execCount(ctx, sqlSweep, after.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("sweep orphans: %w", err)
+	}
+	return n, nil
+}
+
+// PurgeBatch deletes at most limit DONE rows not updated for days days.
+func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error) {
+	n, err := l.execCount(ctx, sqlPurge, days, limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge: %w", err)
+	}
+	return n, nil
+}
+
+func scanRow(s pgx.Row) (*ledger.Row, error) {
+	var r ledger.Row
+	var txCode, rsp *string
+	var state string
+	var age int64
+	if err := s.Scan(&r.GUID, &txCode, &state, &rsp, &r.Request, &r.Response, &r.Attempts, &r.UpdatedAt, &age); err != nil {
+		return nil, err
+	}
+	if txCode != nil {
+		r.TxCode = *txCode
+	}
+	if rsp != nil {
+		r.RspCode = *rsp
+	}
+	r.State, r.Age = dedup.State(state), time.Duration(max(age, 0))*time.Second
+	return &r, nil
+}
+
+// Get returns the row of guid, or nil if there is none.
+func (l *Ledger) Get(ctx context.Context, guid string) (*ledger.Row, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	r, err := scanRow(l.pool.QueryRow(ctx, sqlGet, guid))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", guid, classify(err))
+	}
+	return r, nil
+}
+
+func (l *Ledger) selectRows(ctx context.Context, what, where string, args ...any) ([]ledger.Row, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	rows, err := l.pool.Query(ctx, "SELECT "+rowColumns+" FROM tx WHERE "+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("select %s: %w", what, classify(err))
+	}
+	defer rows.Close()
+	var out []ledger.Row
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("select %s: %w", what, err)
+		}
+		out = append(out, *r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("select %s: %w", what, classify(err))
+	}
+	return out, nil
+}
+
+// SelectUnknown returns resolve's candidates.
+func (l *Ledger) SelectUnknown(ctx context.Context, minAge time.Duration) ([]ledger.Row, error) {
+	return l.selectRows(ctx, "unknown", "state='UNKNOWN' AND updated_at <= now() - make_interval(secs => $1) ORDER BY updated_at, guid", minAge.Seconds())
+}
+
+// SelectFailed returns reprocess's candidates.
+func (l *Ledger) SelectFailed(ctx context.Context, maxAttempts int) ([]ledger.Row, error) {
+	return l.selectRows(ctx, "failed", "state='FAILED' AND rsp_code='E902' AND attempts < $1 ORDER BY updated_at, guid", maxAttempts)
+}
+
+// SelectState lists rows in state not updated for olderThan, oldest first.
+func (l *Ledger) SelectState(ctx context.Context, state dedup.State, olderThan time.Duration, limit int) ([]ledger.Row, error) {
+	q := "state=$1 AND updated_at <= now() - make_interval(secs => $2) ORDER BY updated_at, guid"
+	args := []any{string(state), olderThan.Seconds()}
+	if limit > 0 {
+		q += " LIMIT $3"
+		args = append(args, limit)
+	}
+	return l.selectRows(ctx, "state "+string(state), q, args...)
+}
+
+func (l *Ledger) count(ctx context.Context, what, sql string, args ...any) (int64, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	var n int64
+	if err := l.pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count %s: %w", what, classify(err))
+	}
+	return n, nil
+}
+
+// CountExhausted counts FAILED/E902 rows at or above maxAttempts.
+func (l *Ledger) CountExhausted(ctx context.Context, maxAttempts int) (int, error) {
+	n, err := l.count(ctx, "exhausted", "SELECT count(*) FROM tx WHERE state='FAILED' AND rsp_code='E902' AND attempts >= $1", maxAttempts)
+	return int(n), err
+}
+
+// CountPurgeable counts the DONE rows PurgeBatch would delete.
+func (l *Ledger) CountPurgeable(ctx context.Context, days int) (int64, error) {
+	return l.count(ctx, "purgeable", "SELECT count(*) FROM tx WHERE state='DONE' AND updated_at <= now() - make_interval(days => $1)", days)
+}
+
+// Stats counts the rows per state with the oldest age of each.
+func (l *Ledger) Stats(ctx context.Context) ([]ledger.StateStat, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	rows, err := l.pool.Query(ctx, sqlStats)
+	if err != nil {
+		return nil, fmt.Errorf("stats: %w", classify(err))
+	}
+	defer rows.Close()
+	got := map[dedup.State]ledger.StateStat{}
+	for rows.Next() {
+		var st string
+		var s ledger.StateStat
+		var oldest int64
+		if err := rows.Scan(&st, &s.Rows, &oldest); err != nil {
+			return nil, fmt.Errorf("stats: %w", err)
+		}
+		s.State, s.Oldest = dedup.State(st), time.Duration(max(oldest, 0))*time.Second
+		got[s.State] = s
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("stats: %w", classify(err))
+	}
+	out := make([]ledger.StateStat, 0, len(ledger.States))
+	for _, st := range ledger.States {
+		s := got[st]
+		s.State = st
+		out = append(out, s)
+	}
+	return out, nil
+}

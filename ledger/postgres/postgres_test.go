@@ -1,0 +1,166 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"gotest.tools/v3/assert"
+
+	"dedup/internal/pgtest"
+	"dedup/ledger"
+	"dedup/ledger/ledgertest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+var ctx = context.Background()
+
+var agoRE = regexp.MustCompile(`AGO\((\d+)\)`)
+
+// dialect turns the suite's ?, NOW and AGO(n) into PostgreSQL's.
+func dialect(q string) string {
+	q = agoRE.ReplaceAllString(q, "(now() - make_interval(secs => $1))")
+	q = strings.ReplaceAll(q, "NOW", "now()")
+	var b strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func connect(t *testing.T, db string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(ctx, db)
+	assert.NilError(t, err)
+	t.Cleanup(func() { c.Close(ctx) })
+	return c
+}
+
+// Backend is the conformance suite's view of PostgreSQL: a fresh database
+// per test in the test binary's throwaway cluster.
+var Backend = ledgertest.Backend{
+	New: func(t *testing.T) string { return pgtest.NewDatabase(t) },
+	Open: func(db string, opts ledger.Options) (ledger.Ledger, error) {
+		return Open(db, opts)
+	},
+	Exec: func(t *testing.T, db, q string, args ...any) {
+		t.Helper()
+		_, err := connect(t, db).Exec(ctx, dialect(q), args...)
+		assert.NilError(t, err)
+	},
+	QueryInt: func(t *testing.T, db, q string, args ...any) int64 {
+		t.Helper()
+		var n int64
+		assert.NilError(t, connect(t, db).QueryRow(ctx, dialect(q), args...).Scan(&n))
+		return n
+	},
+	Columns: func(t *testing.T, db string) []string {
+		t.Helper()
+		rows, err := connect(t, db).Query(ctx, "SELECT column_name FROM information_schema.columns WHERE table_name='tx' ORDER BY ordinal_position")
+		assert.NilError(t, err)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		assert.NilError(t, err)
+		return names
+	},
+	HoldWriteLock: func(t *testing.T, db string) func() {
+		t.Helper()
+		c := connect(t, db)
+		tx, err := c.Begin(ctx)
+		assert.NilError(t, err)
+		_, err = tx.Exec(ctx, "LOCK TABLE tx IN EXCLUSIVE MODE")
+		assert.NilError(t, err)
+		return func() { tx.Rollback(ctx) }
+	},
+}
+
+func TestConformance(t *testing.T) { ledgertest.Exercise(t, Backend) }
+
+func TestOpenErrorNamesHostNeverPassword(t *testing.T) {
+	port, err := pgtest.FreePort("127.0.0.1")
+	assert.NilError(t, err)
+	dsn := fmt.Sprintf("postgres://relay:s3cret-pw@127.0.0.1:%d/dedup?sslmode=disable", port)
+	_, err = Open(dsn, ledger.Options{})
+	assert.ErrorContains(t, err, fmt.Sprintf("127.0.0.1:%d", port))
+	assert.Assert(t, !strings.Contains(err.Error(), "s3cret-pw"), "the password leaked: %v", err)
+
+	err = CheckURL("postgres://relay:s3cret-pw@host:notaport/dedup")
+	assert.Assert(t, err != nil)
+	assert.Assert(t, !strings.Contains(err.Error(), "s3cret-pw"), "the password leaked: %v", err)
+}
+
+// A session whose commits are not durable is refused unless the operator
+// accepts that with --synchronous normal.
+func TestNonDurableSessionIsRefused(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	for _, sc := range []string{"off", "local"} {
+		dsn := db + "&options=-c%20synchronous_commit%3D" + sc
+		_, err := Open(dsn, ledger.Options{})
+		assert.ErrorContains(t, err, "synchronous_commit is \""+sc+"\"")
+		l, err := Open(dsn, ledger.Options{Synchronous: "normal"})
+		assert.NilError(t, err)
+		l.Close()
+	}
+}
+
+// Every session is bounded like SQLite's busy timeout.
+func TestSessionsAreBounded(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	l, err := Open(db, ledger.Options{})
+	assert.NilError(t, err)
+	defer l.Close()
+	c, err := l.pool.Acquire(ctx)
+	assert.NilError(t, err)
+	defer c.Release()
+	for _, p := range []string{"lock_timeout", "statement_timeout"} {
+		var v string
+		assert.NilError(t, c.QueryRow(ctx, "SHOW "+p).Scan(&v))
+		assert.Equal(t, v, "5s", p)
+	}
+}
+
+// The database stopped and started again: writes fail while it is down
+// (the relay answers E902) and succeed again without reopening the ledger.
+func TestLedgerOutlivesADatabaseRestart(t *testing.T) {
+	c, err := pgtest.Start(pgtest.Options{})
+	assert.NilError(t, err)
+	defer c.Remove()
+	db, err := c.NewDatabase()
+	assert.NilError(t, err)
+	l, err := Open(db, ledger.Options{})
+	assert.NilError(t, err)
+	defer l.Close()
+	ok, err := l.Claim(ctx, "G1", "TRF00001", []byte("r"))
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	assert.NilError(t, c.StopServer("immediate"))
+	_, err = l.Claim(ctx, "G2", "TRF00001", []byte("r"))
+	assert.Assert(t, err != nil, "a claim succeeded while the database was down")
+	assert.NilError(t, c.StartServer())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, err = l.Claim(ctx, "G3", "TRF00001", []byte("r"))
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	r, err := l.Get(ctx, "G1")
+	assert.NilError(t, err)
+	assert.Assert(t, r != nil, "a committed claim was lost across the restart")
+	r, err = l.Get(ctx, "G2")
+	assert.NilError(t, err)
+	assert.Assert(t, r == nil, "a claim reported as failed exists")
+}

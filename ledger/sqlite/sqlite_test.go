@@ -1,0 +1,156 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+
+	"dedup"
+	"dedup/ledger"
+	"dedup/ledger/ledgertest"
+)
+
+var ctx = context.Background()
+
+// rawDB opens the ledger file the way another tool would.
+func rawDB(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite3", path+"?_busy_timeout=5000")
+	assert.NilError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+var agoRE = regexp.MustCompile(`AGO\((\d+)\)`)
+
+// dialect turns the suite's NOW and AGO(n) into SQLite's.
+func dialect(q string) string {
+	q = agoRE.ReplaceAllString(q, "datetime('now', '-$1 seconds')")
+	return strings.ReplaceAll(q, "NOW", "datetime('now')")
+}
+
+// Backend is the conformance suite's view of SQLite: a fresh file per test.
+var Backend = ledgertest.Backend{
+	New: func(t *testing.T) string { return filepath.Join(t.TempDir(), "ledger.db") },
+	Open: func(db string, opts ledger.Options) (ledger.Ledger, error) {
+		return Open(db, opts)
+	},
+	Exec: func(t *testing.T, db, q string, args ...any) {
+		t.Helper()
+		_, err := rawDB(t, db).Exec(dialect(q), args...)
+		assert.NilError(t, err)
+	},
+	QueryInt: func(t *testing.T, db, q string, args ...any) int64 {
+		t.Helper()
+		var n int64
+		assert.NilError(t, rawDB(t, db).QueryRow(dialect(q), args...).Scan(&n))
+		return n
+	},
+	Columns: func(t *testing.T, db string) []string {
+		t.Helper()
+		rows, err := rawDB(t, db).Query("SELECT name FROM pragma_table_info('tx') ORDER BY cid")
+		assert.NilError(t, err)
+		defer rows.Close()
+		var names []string
+		for rows.Next() {
+			var n string
+			assert.NilError(t, rows.Scan(&n))
+			names = append(names, n)
+		}
+		return names
+	},
+	HoldWriteLock: func(t *testing.T, db string) func() {
+		t.Helper()
+		conn, err := rawDB(t, db).Conn(ctx)
+		assert.NilError(t, err)
+		_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+		assert.NilError(t, err)
+		return func() {
+			conn.ExecContext(ctx, "ROLLBACK")
+			conn.Close()
+		}
+	},
+}
+
+func TestConformance(t *testing.T) { ledgertest.Exercise(t, Backend) }
+
+func TestOpenErrorNamesPathAndCause(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "no-such-dir", "ledger.db")
+	_, err := Open(path, ledger.Options{})
+	assert.ErrorContains(t, err, path)
+	assert.ErrorContains(t, err, "no such file or directory")
+}
+
+func TestOpenRejectsInMemory(t *testing.T) {
+	_, err := Open(":memory:", ledger.Options{})
+	assert.ErrorContains(t, err, "plain file")
+}
+
+// A damaged file is refused at start with its name, not one claim at a time.
+func TestOpenRefusesACorruptFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := Open(path, ledger.Options{})
+	assert.NilError(t, err)
+	for i := 0; i < 50; i++ {
+		_, err := l.Claim(ctx, fmt.Sprintf("G%031d", i), "TRF00001", make([]byte, 200))
+		assert.NilError(t, err)
+	}
+	assert.NilError(t, l.Close())
+	os.Remove(path + "-wal")
+	os.Remove(path + "-shm")
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	assert.NilError(t, err)
+	_, err = f.WriteAt([]byte(strings.Repeat("garbage!", 512)), 0)
+	assert.NilError(t, err)
+	f.Close()
+	_, err = Open(path, ledger.Options{})
+	assert.ErrorContains(t, err, path)
+	assert.ErrorContains(t, err, "not a usable SQLite ledger")
+}
+
+func TestUpdatedAtIsSQLiteUTCText(t *testing.T) {
+	l, err := Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{})
+	assert.NilError(t, err)
+	defer l.Close()
+	_, err = l.Claim(ctx, "G1", "TRF00001", []byte("r"))
+	assert.NilError(t, err)
+	r, err := l.Get(ctx, "G1")
+	assert.NilError(t, err)
+	assert.Assert(t, regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$`).MatchString(r.UpdatedAt), r.UpdatedAt)
+}
+
+// A ledger created by an older build or another tool, whose tx is a rowid
+// table declared without the index, keeps working: the schema adds the
+// index, and purge deletes by guid.
+func TestLedgerFromAnOlderBuildKeepsWorking(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	db := rawDB(t, path)
+	_, err := db.Exec(`CREATE TABLE tx (guid TEXT NOT NULL PRIMARY KEY, tx_code TEXT,
+state TEXT NOT NULL CHECK (state IN ('RECEIVED','SENT','DONE','UNKNOWN','FAILED')), rsp_code TEXT,
+request BLOB, response BLOB, attempts INTEGER NOT NULL DEFAULT 0, updated_at TEXT NOT NULL DEFAULT (datetime('now')));
+INSERT INTO tx VALUES('old-done','TRF00001','DONE','0000',x'00',x'00',1,datetime('now','-30 days'));
+INSERT INTO tx VALUES('old-failed','TRF00001','FAILED','E902',x'00',NULL,1,datetime('now','-30 days'));`)
+	assert.NilError(t, err)
+	l, err := Open(path, ledger.Options{})
+	assert.NilError(t, err)
+	defer l.Close()
+	n, err := l.PurgeBatch(ctx, 7, 100)
+	assert.NilError(t, err)
+	assert.Equal(t, n, int64(1))
+	_, ok, err := l.Reclaim(ctx, "old-failed", nil, 3)
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	ok, err = l.Claim(ctx, "new", "TRF00001", []byte("r"))
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	r, err := l.Get(ctx, "new")
+	assert.NilError(t, err)
+	assert.Equal(t, r.State, dedup.StateSent)
+}
