@@ -45,7 +45,13 @@ func Dial(addr string, timeout time.Duration) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Conn{c: c, br: bufio.NewReader(c), timeout: timeout}, nil
+	return NewConn(c, timeout), nil
+}
+
+// NewConn makes a channel connection of an established connection (one
+// dialled from another network namespace, for example).
+func NewConn(c net.Conn, timeout time.Duration) *Conn {
+	return &Conn{c: c, br: bufio.NewReader(c), timeout: timeout}
 }
 
 // Close closes the connection.
@@ -89,11 +95,16 @@ type Stats struct {
 
 // FetchStats reads the fixture core's /_stats.
 func FetchStats(ctx context.Context, coreURL string) (*Stats, error) {
+	return FetchStatsVia(ctx, &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}, coreURL)
+}
+
+// FetchStatsVia reads the fixture core's /_stats through client.
+func FetchStatsVia(ctx context.Context, client *http.Client, coreURL string) (*Stats, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, coreURL+"/_stats", nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}).Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("core stats: %w", err)
 	}

@@ -25,8 +25,8 @@ import (
 
 	"gotest.tools/v3/assert"
 
-	"dedup"
 	"dedup/channelsim"
+	"dedup/internal/pgtest"
 	"dedup/lhstd"
 )
 
@@ -36,6 +36,7 @@ var (
 	fDuration = flag.Duration("faults.duration", 12*time.Second, "load per run")
 	fChannels = flag.Int("faults.channels", 12, "simulated channels per run")
 	fBroken   = flag.Bool("faults.broken", false, "use a relay built with a select-then-insert claim: the checks must fail")
+	fLedger   = flag.String("faults.ledger", "sqlite", "sqlite, or postgres: each run gets a PostgreSQL cluster of its own, and database restarts join the faults")
 )
 
 // Campaign settings. The relay's orphan bound is its minimum for these
@@ -82,6 +83,7 @@ func (h *history) add(guid string, e event) {
 type counters struct {
 	tx, retrans, hangups, bursts                                        atomic.Int64
 	relayKill, relayTerm, coreDown, coreKill, resolve, reprocess, purge atomic.Int64
+	dbRestart                                                           atomic.Int64
 }
 
 // campaign is one seeded run.
@@ -96,6 +98,7 @@ type campaign struct {
 	coreURL  string
 	state    string
 	relayBin string
+	pg       *pgtest.Cluster // the run's own cluster with -faults.ledger=postgres
 
 	mu     sync.Mutex
 	core   *proc
@@ -141,7 +144,7 @@ func TestFaultCampaign(t *testing.T) {
 	var checksMu sync.Mutex
 	var violations []string
 	var stats struct{ guids, applied, receivedTwice, explained, done, exhausted, neverAccepted, ok0000 int }
-	fmt.Printf("faults: runs=%d first seed=%d duration=%v channels=%d broken=%v\n", *fRuns, seed, *fDuration, *fChannels, *fBroken)
+	fmt.Printf("faults: runs=%d first seed=%d duration=%v channels=%d broken=%v ledger=%s\n", *fRuns, seed, *fDuration, *fChannels, *fBroken, *fLedger)
 	begin := time.Now()
 	t.Run("runs", func(t *testing.T) {
 		for i := 0; i < *fRuns; i++ {
@@ -171,8 +174,8 @@ func TestFaultCampaign(t *testing.T) {
 	n := total
 	fmt.Printf("faults: runs=%d seconds=%.0f transactions=%d retransmissions=%d hangups=%d bursts=%d\n",
 		*fRuns, time.Since(begin).Seconds(), n.tx.Load(), n.retrans.Load(), n.hangups.Load(), n.bursts.Load())
-	fmt.Printf("faults injected: relay_kill9=%d relay_sigterm=%d core_down=%d core_kill9=%d resolve=%d reprocess=%d purge=%d\n",
-		n.relayKill.Load(), n.relayTerm.Load(), n.coreDown.Load(), n.coreKill.Load(), n.resolve.Load(), n.reprocess.Load(), n.purge.Load())
+	fmt.Printf("faults injected: relay_kill9=%d relay_sigterm=%d core_down=%d core_kill9=%d db_restart=%d resolve=%d reprocess=%d purge=%d\n",
+		n.relayKill.Load(), n.relayTerm.Load(), n.coreDown.Load(), n.coreKill.Load(), n.dbRestart.Load(), n.resolve.Load(), n.reprocess.Load(), n.purge.Load())
 	kinds := map[string]int{}
 	for _, v := range violations {
 		kinds[strings.SplitN(v, ":", 2)[0]]++
@@ -212,6 +215,14 @@ func (c *campaign) run() runResult {
 	t := c.t
 	c.hist = history{start: time.Now(), events: map[string][]event{}, memo: map[string]string{}}
 	c.db = filepath.Join(c.dir, "relay.db")
+	if *fLedger == "postgres" {
+		pg, err := pgtest.Start(pgtest.Options{})
+		assert.NilError(t, err)
+		t.Cleanup(pg.Remove)
+		c.pg = pg
+		c.db, err = pg.NewDatabase()
+		assert.NilError(t, err)
+	}
 	c.state = filepath.Join(c.dir, "core.json")
 	c.coreAddr = freeAddr(t)
 	c.coreURL = "http://" + c.coreAddr
@@ -219,11 +230,8 @@ func (c *campaign) run() runResult {
 
 	// Old DONE rows for purge to delete while everything else runs.
 	db := openDB(t, c.db)
-	_, err := db.Exec(dedup.Schema)
-	assert.NilError(t, err)
-	_, err = db.Exec(`WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM s WHERE i < 3000)
-INSERT INTO tx SELECT printf('OLD%029d', i), 'TRF00001', 'DONE', '0000', NULL, NULL, 1, datetime('now','-30 days') FROM s`)
-	assert.NilError(t, err)
+	db.applySchema(t)
+	db.insertOldDone(t, 3000, nil, nil)
 
 	nRelays := 1 + c.intn(2)
 	c.relays = make([]*proc, nRelays)
@@ -364,7 +372,11 @@ func (c *campaign) faults(ctx context.Context) {
 			return
 		case <-time.After(time.Duration(300+c.intn(900)) * time.Millisecond):
 		}
-		switch k := c.intn(7); k {
+		kinds := 7
+		if c.pg != nil {
+			kinds = 8
+		}
+		switch k := c.intn(kinds); k {
 		case 0: // kill -9 a relay, restart it on the same ledger
 			i := c.intn(len(c.relays))
 			c.relays[i].kill()
@@ -393,6 +405,18 @@ func (c *campaign) faults(ctx context.Context) {
 			c.n.coreKill.Add(1)
 			c.logf("kill -9 core")
 			c.startCore()
+		case 7: // the database crashes (pg_ctl stop -m immediate) and comes back
+			c.n.dbRestart.Add(1)
+			d := time.Duration(200+c.intn(1500)) * time.Millisecond
+			c.logf("database down (immediate stop) for %v", d)
+			if err := c.pg.StopServer("immediate"); err != nil {
+				c.t.Errorf("seed %d: %v", c.seed, err)
+			}
+			time.Sleep(d)
+			if err := c.pg.StartServer(); err != nil {
+				c.t.Errorf("seed %d: %v", c.seed, err)
+				return
+			}
 		case 4, 5, 6:
 			job := []string{"resolve", "reprocess", "purge"}[k-4]
 			jobs.Add(1)
@@ -425,6 +449,12 @@ func (c *campaign) runJob(job string) string {
 		stderr := ""
 		if errors.As(err, &ee) {
 			stderr = string(ee.Stderr)
+		}
+		if c.pg != nil && strings.Contains(stderr, "error:") {
+			// The database may have been down: a runtime error (exit 1),
+			// the rows stay for the next run, and the checks still judge.
+			c.logf("%s: %v: %s", job, err, strings.TrimSpace(stderr))
+			return line
 		}
 		c.t.Errorf("seed %d: %s failed: %v\n%s", c.seed, job, err, stderr)
 	}

@@ -359,6 +359,43 @@ func (d *ledgerDB) applySchema(t *testing.T) {
 	assert.NilError(t, err)
 }
 
+// lock takes, from a connection of its own, the write lock that a claim or
+// an outcome needs (SQLite: BEGIN IMMEDIATE; PostgreSQL: LOCK TABLE), and
+// returns the function that releases it.
+func (d *ledgerDB) lock(t *testing.T) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := d.DB.Conn(ctx)
+	assert.NilError(t, err)
+	if d.pg {
+		_, err = conn.ExecContext(ctx, "BEGIN; LOCK TABLE tx IN EXCLUSIVE MODE")
+	} else {
+		_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	}
+	assert.NilError(t, err)
+	return func() {
+		_, err := conn.ExecContext(ctx, "ROLLBACK")
+		assert.Check(t, err)
+		conn.Close()
+	}
+}
+
+// insertOldDone inserts n DONE rows 30 days old named OLD<29 digits>, for
+// purge to delete.
+func (d *ledgerDB) insertOldDone(t *testing.T, n int, request, response []byte) {
+	t.Helper()
+	q := `WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM s WHERE i < ?)
+INSERT INTO tx SELECT printf('OLD%029d', i), 'TRF00001', 'DONE', '0000', ?, ?, 1, datetime('now','-30 days') FROM s`
+	if d.pg {
+		q = `INSERT INTO tx SELECT 'OLD' || lpad(i::text, 29, '0'), 'TRF00001', 'DONE', '0000', ?, ?, 1, datetime('now','-30 days') FROM generate_series(1, ?) i`
+		_, err := d.Exec(q, request, response, n)
+		assert.NilError(t, err)
+		return
+	}
+	_, err := d.Exec(q, n, request, response)
+	assert.NilError(t, err)
+}
+
 func openDB(t *testing.T, dsn string) *ledgerDB {
 	t.Helper()
 	if ledger.IsPostgresURL(dsn) {

@@ -276,9 +276,7 @@ func TestPurgeOfLargeBacklogWhileRelayServes(t *testing.T) {
 	}
 	c := startCore(t, "--quiet")
 	path, db := newLedger(t)
-	_, err := db.Exec(`WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM s WHERE i < ?)
-INSERT INTO tx SELECT printf('OLD%029d', i), 'TRF00001', 'DONE', '0000', zeroblob(127), zeroblob(109), 1, datetime('now','-30 days') FROM s`, n)
-	assert.NilError(t, err)
+	db.insertOldDone(t, n, make([]byte, 127), make([]byte, 109))
 	r := startRelay(t, path, c.url)
 
 	ctx, cancel := context.WithCancel(context.Background())

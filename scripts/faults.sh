@@ -10,11 +10,15 @@
 #   scripts/faults.sh --seed N --runs 1   replay one run
 #   scripts/faults.sh --broken        run with a select-then-insert claim:
 #                                     must report double applications
+#   scripts/faults.sh --ledger postgres   the same on PostgreSQL: each run has
+#                                     a cluster of its own, and database
+#                                     crashes (pg_ctl stop -m immediate) and
+#                                     restarts join the faults
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 
-runs=20 duration=12s seed=0 short=0 broken=0 parallel=2
+runs=20 duration=12s seed=0 short=0 broken=0 parallel=2 ledger=sqlite
 while [ $# -gt 0 ]; do
   case "$1" in
     --short) short=1; runs=3; duration=6s ;;
@@ -23,6 +27,7 @@ while [ $# -gt 0 ]; do
     --duration) duration="$2"; shift ;;
     --broken) broken=1 ;;
     --parallel) parallel="$2"; shift ;;
+    --ledger) ledger="$2"; shift ;;
     *) echo "faults.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -30,7 +35,7 @@ done
 
 campaign() { # extra go test -args...
   go test -tags faults -count=1 -timeout 30m -parallel "$parallel" -run '^TestFaultCampaign$' -v ./e2e/ \
-    -args -faults.runs="$runs" -faults.seed="$seed" -faults.duration="$duration" "$@"
+    -args -faults.runs="$runs" -faults.seed="$seed" -faults.duration="$duration" -faults.ledger="$ledger" "$@"
 }
 summary() { grep -E '^(faults|check [0-9])' || true; }
 

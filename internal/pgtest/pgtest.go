@@ -109,8 +109,20 @@ func Start(opts Options) (*Cluster, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
+	if c.Host != "127.0.0.1" {
+		// Clients on other (test-made) hosts connect over their links.
+		f, err := os.OpenFile(filepath.Join(dir, "data", "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		if err == nil {
+			_, err = f.WriteString("host all all 0.0.0.0/0 trust\n")
+			f.Close()
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("pg_hba.conf: %w", err)
+		}
+	}
 	if opts.Netns == "" {
-		if c.Port, err = FreePort(c.Host); err != nil {
+		if c.Port, err = FreePort("127.0.0.1"); err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}
@@ -159,22 +171,41 @@ func (c *Cluster) Remove() {
 	os.RemoveAll(c.Dir)
 }
 
-// URL returns the URL of database db.
-func (c *Cluster) URL(db string) string {
-	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)), db)
+// URL returns the TCP URL of database db at the cluster's address.
+func (c *Cluster) URL(db string) string { return c.URLAt(c.Host, db) }
+
+// URLAt returns the TCP URL of database db at host (a cluster listening on
+// several addresses, "*", is reached at one of them).
+func (c *Cluster) URLAt(host, db string) string {
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", net.JoinHostPort(host, strconv.Itoa(c.Port)), db)
 }
 
-// NewDatabase creates an empty database and returns its URL.
-func (c *Cluster) NewDatabase() (string, error) {
+// SocketURL returns the URL of database db through the cluster's Unix
+// socket, which works from any network namespace.
+func (c *Cluster) SocketURL(db string) string {
+	return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", db, c.Dir, c.Port)
+}
+
+// CreateDatabase creates an empty database and returns its name.
+func (c *Cluster) CreateDatabase() (string, error) {
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), c.dbSeq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	conn, err := pgx.Connect(ctx, c.SocketURL("postgres"))
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+// NewDatabase creates an empty database and returns its TCP URL.
+func (c *Cluster) NewDatabase() (string, error) {
+	name, err := c.CreateDatabase()
+	if err != nil {
 		return "", err
 	}
 	return c.URL(name), nil
