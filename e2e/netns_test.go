@@ -293,3 +293,58 @@ func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 		len(telegrams), posts, applied, ok0000, afterKill.Load())
 	_ = core
 }
+
+// The database fails, the money doesn't: PostgreSQL crashes (immediate
+// stop) under a relay. While it is down, new GUIDs get E902 and reach no
+// core; once it is back the relay serves again without a restart, and
+// everything settles with nothing applied twice.
+func TestPostgresDownNewGUIDsGetE902AndRelayServesAgain(t *testing.T) {
+	t.Parallel()
+	pg, err := pgtest.Start(pgtest.Options{})
+	assert.NilError(t, err)
+	t.Cleanup(pg.Remove)
+	db, err := pg.NewDatabase()
+	assert.NilError(t, err)
+	c := startCore(t)
+	r := startRelay(t, db, c.url)
+
+	before := newGUID()
+	tgBefore := telegram(t, before)
+	assert.Equal(t, code(send(t, r.addr, tgBefore)), "0000")
+
+	assert.NilError(t, pg.StopServer("immediate"))
+	var down []string
+	for i := 0; i < 5; i++ {
+		g := newGUID()
+		down = append(down, g)
+		tg := telegram(t, g)
+		assert.Equal(t, string(send(t, r.addr, tg)), string(expectReply(tg, "E902", nil)), "a new GUID was not refused while the ledger was down")
+	}
+	for _, g := range down {
+		assert.Equal(t, c.stats(t).ByGUID[g], 0, "%s reached the core without a committed claim", g)
+	}
+	assert.NilError(t, pg.StartServer())
+
+	// The same relay process serves again: the first transfer after the
+	// restart may still meet a pooled connection that died with the server.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if cd := code(send(t, r.addr, telegram(t, down[0]))); cd != "0000" {
+			return poll.Continue("got %s", cd)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
+	for _, g := range down[1:] {
+		assert.Equal(t, code(send(t, r.addr, telegram(t, g))), "0000")
+	}
+	// A retransmission of the transfer from before the crash is answered
+	// from the ledger: the committed row survived.
+	assert.Equal(t, code(send(t, r.addr, tgBefore)), "0000")
+	s := c.stats(t)
+	for _, g := range append(down, before) {
+		assert.Equal(t, s.AppliedByGUID[g], 1, "%s", g)
+	}
+	ldb := openDB(t, db)
+	for _, g := range down {
+		assert.Equal(t, getRow(t, ldb, g).State.String, "DONE")
+	}
+}

@@ -9,16 +9,27 @@
 #      by inquiry, after which the channel gets the 0000 from the ledger,
 #   5. the ledger rows and the core's /_stats.
 # It stops everything it started, also on Ctrl-C.
+#
+#   scripts/demo.sh              the ledger is a SQLite file (the default)
+#   scripts/demo.sh --postgres   the ledger is a throwaway PostgreSQL database
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
+kind=sqlite
+case "${1:-}" in
+  "") ;;
+  --postgres) kind=postgres ;;
+  *) echo "usage: scripts/demo.sh [--postgres]" >&2; exit 2 ;;
+esac
 
 work=$(mktemp -d /tmp/dedup-demo.XXXXXX)
+chmod 755 "$work"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  [ "$kind" = postgres ] && scripts/pg.sh stop "$work/pg"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -36,6 +47,11 @@ wait_listening() {
   echo "demo: no 'listening' line in $1:" >&2; cat "$1" >&2; return 1
 }
 
+# sql QUERY: runs QUERY on the ledger with the operator's own client.
+sql() {
+  if [ "$kind" = postgres ]; then psql "$db" -P pager=off -c "$1"; else sqlite3 -header -column "$db" "$1"; fi
+}
+
 say "build"
 go build -o bin/ ./...
 echo "binaries: $(ls bin | tr '\n' ' ')"
@@ -44,10 +60,16 @@ say "start the fixture core (SLOW memos take 3 s) and the relay (core timeout 1 
 bin/fixturecore --listen 127.0.0.1:0 --slow 3 --quiet 2>"$work/core.log" &
 pids+=($!)
 core="http://$(wait_listening "$work/core.log")"
-bin/relay --db "$work/relay.db" --listen 127.0.0.1:0 --core "$core" --timeout 1 2>"$work/relay.log" &
+if [ "$kind" = postgres ]; then
+  db=$(scripts/pg.sh start "$work/pg")
+  echo "throwaway PostgreSQL cluster: $db"
+else
+  db="$work/relay.db"
+fi
+bin/relay --db "$db" --listen 127.0.0.1:0 --core "$core" --timeout 1 2>"$work/relay.log" &
 pids+=($!)
 relay=$(wait_listening "$work/relay.log")
-echo "core=$core relay=$relay ledger=$work/relay.db"
+echo "core=$core relay=$relay ledger=$db"
 
 g1="$(date +%Y%m%d)MOB$(printf '%021d' $RANDOM$RANDOM)"
 say "1. a transfer: GUID $g1"
@@ -62,20 +84,23 @@ g2="$(date +%Y%m%d)MOB$(printf '%021d' $RANDOM$RANDOM$RANDOM)"
 say "3+4. a slow transfer ($g2) and two concurrent retransmissions"
 bin/channel send --relay "$relay" --guid "$g2" --memo "SLOW gift" --repeat 3 --concurrent || true
 echo "one send waited for the core and timed out (E901, UNKNOWN); the retransmissions got E903 at once."
-sqlite3 -header -column "$work/relay.db" "SELECT guid, state, rsp_code, attempts, updated_at FROM tx WHERE guid='$g2'"
+sql "SELECT guid, state, rsp_code, attempts, updated_at FROM tx WHERE guid='$g2'"
 
 say "4. the core finishes applying it; resolve settles the UNKNOWN row by inquiry (--min-age 4)"
 sleep 5
-bin/resolve --db "$work/relay.db" --core "$core" --min-age 4 2>/dev/null
+bin/resolve --db "$db" --core "$core" --min-age 4 2>/dev/null
 echo "the channel asks again with the same GUID and gets the 0000 from the ledger:"
 bin/channel send --relay "$relay" --guid "$g2" --memo "SLOW gift"
 
 say "5. the ledger"
-sqlite3 -header -column "$work/relay.db" \
-  "SELECT guid, tx_code, state, rsp_code, attempts, updated_at, length(request) AS req_bytes, length(response) AS rsp_bytes FROM tx ORDER BY updated_at"
+sql "SELECT guid, tx_code, state, rsp_code, attempts, updated_at, length(request) AS req_bytes, length(response) AS rsp_bytes FROM tx ORDER BY updated_at"
 echo
 echo "stored reply of $g1:"
-sqlite3 "$work/relay.db" "SELECT CAST(response AS TEXT) FROM tx WHERE guid='$g1'"
+if [ "$kind" = postgres ]; then
+  psql "$db" -tA -c "SELECT convert_from(response, 'UTF8') FROM tx WHERE guid='$g1'"
+else
+  sqlite3 "$db" "SELECT CAST(response AS TEXT) FROM tx WHERE guid='$g1'"
+fi
 
 say "the core's /_stats (every GUID POSTed and applied once)"
 curl -s "$core/_stats"; echo

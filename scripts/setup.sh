@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what building and testing dedup needs on a fresh Debian machine:
 # gcc (cgo, for the SQLite driver), the sqlite3 shell and curl (used by the
-# demo to show the ledger and the core's stats), and the Go modules. Go
-# itself must be on the machine (1.26 or later). Idempotent and quiet when
-# everything is there already.
+# demo to show the ledger and the core's stats), the PostgreSQL server (the
+# tests start throwaway clusters of it), psql, promtool (the alert rules'
+# unit tests), iproute2 (the two-hosts test's network namespaces), and the
+# Go modules. Go itself must be on the machine (1.26 or later). Idempotent
+# and quiet when everything is there already.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,12 +18,21 @@ missing=()
 command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v sqlite3 >/dev/null 2>&1 || missing+=(sqlite3)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing+=(postgresql)
+command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  # --no-install-recommends and policy-rc.d: the packages' own services
+  # (a system PostgreSQL cluster, a Prometheus server) are not wanted here.
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  $SUDO rm -f /usr/sbin/policy-rc.d
 fi
 export CGO_ENABLED=1
 go mod download

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (README "Tests", and what .ci/run calls):
 # set-up, formatting, go vet, every test under the race detector (the
-# end-to-end tests build the binaries with -race too), and a short fault
-# campaign.
+# end-to-end tests build the binaries with -race too), the end-to-end tests
+# again on a PostgreSQL ledger, the alert rules' unit tests, and short fault
+# campaigns on both ledgers. PostgreSQL clusters are started by the tests
+# themselves (throwaway, on free loopback ports) and removed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -13,7 +15,19 @@ unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
 echo "== go vet"
 go vet ./...
-echo "== go test -race"
+go vet -tags faults ./e2e/
+echo "== go test -race (ledger conformance on SQLite and PostgreSQL; end-to-end on SQLite)"
 DEDUP_E2E_RACE=1 go test -race -count=1 -timeout 30m ./...
-echo "== short fault campaign"
+echo "== end-to-end tests on a PostgreSQL ledger"
+# The tests that start PostgreSQL clusters of their own already ran above.
+DEDUP_E2E_LEDGER=postgres DEDUP_E2E_RACE=1 go test -race -count=1 -timeout 30m \
+  -skip 'TestTwoHostsShareOnePostgresLedger|TestPostgresDown' ./e2e/
+if [ -d deploy/prometheus ]; then
+  echo "== promtool test rules"
+  promtool check rules deploy/prometheus/alerts.yml
+  promtool test rules deploy/prometheus/alerts_test.yml
+fi
+echo "== short fault campaign (SQLite)"
 scripts/faults.sh --short
+echo "== short fault campaign (PostgreSQL, with database crashes)"
+scripts/faults.sh --short --ledger postgres
