@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"dedup"
+	"dedup/cli"
 	"dedup/coreapi"
 	"dedup/ledger"
 	"dedup/lhstd"
@@ -26,6 +27,11 @@ func (s ResolveSummary) String() string {
 	return fmt.Sprintf("resolve: candidates=%d done=%d failed=%d left=%d", s.Candidates, s.Done, s.Failed, s.Left)
 }
 
+// Fields are the summary's counts in order.
+func (s ResolveSummary) Fields() []cli.Field {
+	return []cli.Field{{Name: "candidates", Value: int64(s.Candidates)}, {Name: "done", Value: int64(s.Done)}, {Name: "failed", Value: int64(s.Failed)}, {Name: "left", Value: int64(s.Left)}}
+}
+
 // Resolve settles every UNKNOWN row not updated for minAge by inquiry: 200
 // → DONE/0000 with the reply the relay would have sent, 404 NOT_FOUND →
 // FAILED/E902, anything else leaves the row as it is. Each change is fenced
@@ -37,6 +43,15 @@ func Resolve(ctx context.Context, l ledger.Ledger, core *coreapi.Client, minAge 
 		return ResolveSummary{}, err
 	}
 	sum := ResolveSummary{Candidates: len(rows)}
+	// "candidates=0" must not read as "nothing pending": say how many
+	// UNKNOWN rows were too young to be asked about yet.
+	if stats, err := l.Stats(ctx); err == nil {
+		for _, st := range stats {
+			if st.State == dedup.StateUnknown && st.Rows > int64(len(rows)) {
+				log.Info("resolve: UNKNOWN rows younger than --min-age left for a later run", "rows", st.Rows-int64(len(rows)), "min_age_s", minAge.Seconds())
+			}
+		}
+	}
 	for _, row := range rows {
 		if err := ctx.Err(); err != nil {
 			sum.Left = sum.Candidates - sum.Done - sum.Failed
@@ -80,24 +95,45 @@ func Resolve(ctx context.Context, l ledger.Ledger, core *coreapi.Client, minAge 
 // ReprocessSummary counts one reprocess run (cli.md defines every count).
 type ReprocessSummary struct {
 	Candidates, Sent, Done, Unknown, Failed, Skipped, Exhausted int
+	DryRun                                                      bool
+	WouldSend                                                   int // a dry run's rows that a real run would reclaim and send
 }
 
-// String is the summary line reprocess prints last on stdout.
+// String is the summary line reprocess prints last on stdout. A dry run
+// adds would_send.
 func (s ReprocessSummary) String() string {
-	return fmt.Sprintf("reprocess: candidates=%d sent=%d done=%d unknown=%d failed=%d skipped=%d exhausted=%d",
+	out := fmt.Sprintf("reprocess: candidates=%d sent=%d done=%d unknown=%d failed=%d skipped=%d exhausted=%d",
 		s.Candidates, s.Sent, s.Done, s.Unknown, s.Failed, s.Skipped, s.Exhausted)
+	if s.DryRun {
+		out += fmt.Sprintf(" would_send=%d", s.WouldSend)
+	}
+	return out
+}
+
+// Fields are the summary's counts in order.
+func (s ReprocessSummary) Fields() []cli.Field {
+	f := []cli.Field{{Name: "candidates", Value: int64(s.Candidates)}, {Name: "sent", Value: int64(s.Sent)}, {Name: "done", Value: int64(s.Done)}, {Name: "unknown", Value: int64(s.Unknown)},
+		{Name: "failed", Value: int64(s.Failed)}, {Name: "skipped", Value: int64(s.Skipped)}, {Name: "exhausted", Value: int64(s.Exhausted)}}
+	if s.DryRun {
+		f = append(f, cli.Field{Name: "would_send", Value: int64(s.WouldSend)})
+	}
+	return f
 }
 
 // Reprocess resends, with its own GUID and its stored request, every
 // FAILED/E902 row with fewer than maxAttempts attempts: reclaim (atomic,
 // attempts + 1), one send, the outcome recorded fenced on the attempt.
-// UNKNOWN rows are never candidates.
-func Reprocess(ctx context.Context, l ledger.Ledger, core *coreapi.Client, maxAttempts int, log *slog.Logger) (ReprocessSummary, error) {
+// UNKNOWN rows are never candidates. Each reclaim is a lease: its request
+// is written to the core only within lease of asking for the reclaim
+// (hub.LeaseFor), never later.
+//
+// A dry run changes nothing: it reports which rows a real run would send.
+func Reprocess(ctx context.Context, l ledger.Ledger, core *coreapi.Client, maxAttempts int, lease time.Duration, dryRun bool, log *slog.Logger) (ReprocessSummary, error) {
 	rows, err := l.SelectFailed(ctx, maxAttempts)
 	if err != nil {
 		return ReprocessSummary{}, err
 	}
-	sum := ReprocessSummary{Candidates: len(rows)}
+	sum := ReprocessSummary{Candidates: len(rows), DryRun: dryRun}
 	finish := func() (ReprocessSummary, error) {
 		n, err := l.CountExhausted(context.WithoutCancel(ctx), maxAttempts)
 		sum.Exhausted = n
@@ -119,6 +155,12 @@ func Reprocess(ctx context.Context, l ledger.Ledger, core *coreapi.Client, maxAt
 			log.Error("reprocess: stored request is not a valid request for this GUID; skipped, an operator must review", "guid", row.GUID, "error", err)
 			continue
 		}
+		asked := time.Now()
+		if dryRun {
+			sum.WouldSend++
+			log.Info("reprocess (dry run): would send", "guid", row.GUID, "attempts", row.Attempts)
+			continue
+		}
 		attempt, claimed, err := l.Reclaim(ctx, row.GUID, nil, maxAttempts)
 		if err != nil {
 			s, _ := finish()
@@ -133,7 +175,7 @@ func Reprocess(ctx context.Context, l ledger.Ledger, core *coreapi.Client, maxAt
 		start := time.Now()
 		// Once reclaimed, the send and its record run to the end even if
 		// the job is interrupted.
-		res := core.Transfer(context.WithoutCancel(ctx), coreapi.NewTransferRequest(req))
+		res := core.Transfer(context.WithoutCancel(ctx), coreapi.NewTransferRequest(req), asked.Add(lease))
 		out := ledger.Outcome{State: res.State, RspCode: res.Code}
 		if res.State == dedup.StateDone {
 			out.Response = lhstd.Reply(row.Request, res.Code, res.Body)
@@ -165,10 +207,29 @@ func Reprocess(ctx context.Context, l ledger.Ledger, core *coreapi.Client, maxAt
 }
 
 // PurgeSummary counts one purge run.
-type PurgeSummary struct{ Deleted int64 }
+type PurgeSummary struct {
+	Deleted     int64
+	DryRun      bool
+	WouldDelete int64 // a dry run's count of rows a real run would delete
+}
 
-// String is the summary line purge prints last on stdout.
-func (s PurgeSummary) String() string { return fmt.Sprintf("purge: deleted=%d", s.Deleted) }
+// String is the summary line purge prints last on stdout. A dry run adds
+// would_delete.
+func (s PurgeSummary) String() string {
+	if s.DryRun {
+		return fmt.Sprintf("purge: deleted=%d would_delete=%d", s.Deleted, s.WouldDelete)
+	}
+	return fmt.Sprintf("purge: deleted=%d", s.Deleted)
+}
+
+// Fields are the summary's counts in order.
+func (s PurgeSummary) Fields() []cli.Field {
+	f := []cli.Field{{Name: "deleted", Value: s.Deleted}}
+	if s.DryRun {
+		f = append(f, cli.Field{Name: "would_delete", Value: s.WouldDelete})
+	}
+	return f
+}
 
 // PurgeBatchSize is how many rows one purge transaction deletes: small
 // enough that a relay's claim never waits long behind it.
@@ -182,9 +243,24 @@ const PurgeBatchSize = 500
 const purgePause = 10 * time.Millisecond
 
 // Purge deletes DONE rows not updated for days days, in batches. Every other
-// state is kept whatever its age: it is the evidence for investigation.
-func Purge(ctx context.Context, l ledger.Ledger, days int, log *slog.Logger) (PurgeSummary, error) {
+// state is kept whatever its age: it is the evidence for investigation. A
+// dry run deletes nothing and counts what a real run would delete. If
+// progress is not nil, it is called after every batch with the rows deleted
+// so far and the count there was to delete at the start.
+func Purge(ctx context.Context, l ledger.Ledger, days int, dryRun bool, progress func(deleted, total int64), log *slog.Logger) (PurgeSummary, error) {
 	var sum PurgeSummary
+	var total int64
+	if dryRun || progress != nil {
+		n, err := l.CountPurgeable(ctx, days)
+		if err != nil {
+			return sum, err
+		}
+		if dryRun {
+			sum.DryRun, sum.WouldDelete = true, n
+			return sum, nil
+		}
+		total = n
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return sum, fmt.Errorf("interrupted: %w", err)
@@ -195,6 +271,9 @@ func Purge(ctx context.Context, l ledger.Ledger, days int, log *slog.Logger) (Pu
 			return sum, err
 		}
 		sum.Deleted += n
+		if progress != nil {
+			progress(sum.Deleted, total)
+		}
 		if n < PurgeBatchSize {
 			return sum, nil
 		}

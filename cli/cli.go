@@ -4,27 +4,77 @@
 package cli
 
 import (
-	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"regexp"
+	"runtime/debug"
 	"strconv"
-	"syscall"
+	"strings"
 	"time"
 
 	"github.com/alecthomas/kong"
 
-	"dedup/ledger"
+	"dedup/coreapi"
 	"dedup/ledger/backend"
 )
 
 // Version is the binaries' version, set at build time with
-// -ldflags "-X dedup/cli.Version=...".
-var Version = "dev"
+// -ldflags "-X dedup/cli.Version=..."; otherwise the module version that
+// go build embeds ("(devel)" for a build from a checkout).
+var Version = ""
+
+// VersionString describes the build: the version, the VCS revision and time
+// that go build embeds from a git checkout (with "+dirty" for uncommitted
+// changes), and the Go version.
+func VersionString() string {
+	v := Version
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		if v == "" {
+			v = "unknown"
+		}
+		return v
+	}
+	if v == "" {
+		v = info.Main.Version
+	}
+	var rev, at, dirty string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	out := v
+	if rev != "" {
+		out += " revision " + rev + dirty
+	}
+	if at != "" {
+		out += " (" + at + ")"
+	}
+	return out + " " + info.GoVersion
+}
+
+// missingValueRE matches kong's words for a flag given no value.
+var missingValueRE = regexp.MustCompile(`^(--[\w-]+): expected \w+ value but got "[^"]*" \((<EOL>|long flag|short flag)\)`)
+
+// usageMessage rewrites kong's error text where it would puzzle an operator.
+func usageMessage(err error) string {
+	msg := err.Error()
+	if m := missingValueRE.FindStringSubmatch(msg); m != nil {
+		return m[1] + " needs a value"
+	}
+	return msg
+}
 
 // Exit statuses (cli.md).
 const (
@@ -38,15 +88,43 @@ var (
 	wholeRE   = regexp.MustCompile(`^[0-9]+$`)
 )
 
+// popNumber takes a flag's value. A negative number is taken too (kong
+// would read "-1" as a short flag and suggest --days="-1"), so that both
+// forms get the same refusal; a missing value says so.
+func popNumber(ctx *kong.DecodeContext, what string) (string, error) {
+	tok := ctx.Scan.Peek()
+	if tok.IsEOL() {
+		return "", fmt.Errorf("needs a value (%s)", what)
+	}
+	if v, ok := tok.Value.(string); ok && tok.Type == kong.UntypedToken && len(v) > 1 && v[0] == '-' &&
+		(v[1] >= '0' && v[1] <= '9' || v[1] == '.') {
+		ctx.Scan.Pop()
+		return v, nil
+	}
+	var v string
+	if err := ctx.Scan.PopValueInto(what, &v); err != nil {
+		return "", err
+	}
+	return v, nil
+}
+
+// negative is the one refusal of a negative number, whichever form it came in.
+func negative(v, what string) error {
+	return fmt.Errorf("%s is negative: give %s (0 or more)", v, what)
+}
+
 // Seconds is a flag of seconds: a plain decimal number (300, 2.5). Negative
 // numbers, NaN, Inf, exponents and the empty string are usage errors.
 type Seconds time.Duration
 
 // Decode implements kong.MapperValue.
 func (s *Seconds) Decode(ctx *kong.DecodeContext) error {
-	var v string
-	if err := ctx.Scan.PopValueInto("seconds", &v); err != nil {
+	v, err := popNumber(ctx, "seconds")
+	if err != nil {
 		return err
+	}
+	if strings.HasPrefix(v, "-") {
+		return negative(v, "a number of seconds")
 	}
 	if !decimalRE.MatchString(v) {
 		return fmt.Errorf("%q is not a number of seconds (digits, optionally with a decimal point)", v)
@@ -67,15 +145,18 @@ type Whole int
 
 // Decode implements kong.MapperValue.
 func (w *Whole) Decode(ctx *kong.DecodeContext) error {
-	var v string
-	if err := ctx.Scan.PopValueInto("number", &v); err != nil {
+	v, err := popNumber(ctx, "number")
+	if err != nil {
 		return err
+	}
+	if strings.HasPrefix(v, "-") {
+		return negative(v, "a whole number")
 	}
 	if !wholeRE.MatchString(v) {
 		return fmt.Errorf("%q is not a whole number", v)
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n > 1_000_000_000 {
+	if err != nil || n > 1_000_000_000_000_000 {
 		return fmt.Errorf("%q is out of range", v)
 	}
 	*w = Whole(n)
@@ -96,13 +177,25 @@ func (l Logging) Logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, nil))
 }
 
+// Listening prints a line that scripts wait for ("listening addr=HOST:PORT"):
+// plain text, or with --log-format json a JSON object whose msg is exactly
+// that text, so that the stream stays JSON and the text can still be found.
+func Listening(w io.Writer, logFormat, line string) {
+	if logFormat == "json" {
+		b, _ := json.Marshal(map[string]string{"time": time.Now().Format(time.RFC3339Nano), "level": "INFO", "msg": line})
+		fmt.Fprintf(w, "%s\n", b)
+		return
+	}
+	fmt.Fprintln(w, line)
+}
+
 // Parse parses args into flags. --help and --version print and exit 0; a
 // usage error prints one line naming the problem on stderr and exits 2.
 func Parse(name, description string, flags any, args []string) *kong.Context {
 	parser, err := kong.New(flags,
 		kong.Name(name),
 		kong.Description(description),
-		kong.Vars{"version": name + " " + Version},
+		kong.Vars{"version": name + " " + VersionString()},
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 	)
 	if err != nil {
@@ -113,7 +206,7 @@ func Parse(name, description string, flags any, args []string) *kong.Context {
 	parser.Stderr = os.Stderr
 	ctx, err := parser.Parse(args)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: usage error: %v (see --help)\n", name, err)
+		fmt.Fprintf(os.Stderr, "%s: usage error: %s (see --help)\n", name, usageMessage(err))
 		os.Exit(ExitUsage)
 	}
 	return ctx
@@ -125,6 +218,19 @@ func Fatal(name string, err error) {
 	os.Exit(ExitRuntime)
 }
 
+// LedgerFlags is the --db flag of a batch job.
+type LedgerFlags struct {
+	DB string `name:"db" default:"relay.db" help:"Ledger: a SQLite file path, or a postgres:// URL."`
+}
+
+// Validate checks --db without opening or creating anything.
+func (l LedgerFlags) Validate() error {
+	if err := backend.Check(l.DB); err != nil {
+		return fmt.Errorf("--db: %v", err)
+	}
+	return nil
+}
+
 // CoreFlags are the flags of a binary that calls the core.
 type CoreFlags struct {
 	Core           string  `name:"core" default:"http://127.0.0.1:9201" help:"The core's base URL."`
@@ -132,8 +238,12 @@ type CoreFlags struct {
 	ConnectTimeout Seconds `name:"connect-timeout" default:"1" help:"Seconds to obtain a connection to the core."`
 }
 
-// Validate checks that the timeouts are greater than 0.
+// Validate checks that the core URL is one and the timeouts are greater
+// than 0.
 func (c CoreFlags) Validate() error {
+	if err := coreapi.CheckBaseURL(c.Core); err != nil {
+		return fmt.Errorf("--core: %v", err)
+	}
 	if c.Timeout <= 0 {
 		return fmt.Errorf("--timeout must be greater than 0")
 	}
@@ -141,41 +251,4 @@ func (c CoreFlags) Validate() error {
 		return fmt.Errorf("--connect-timeout must be greater than 0")
 	}
 	return nil
-}
-
-// Summary is a batch job's result: its String is the job's last stdout line.
-type Summary interface{ String() string }
-
-// Job is one run of a batch job against an open ledger. ctx ends on SIGINT
-// or SIGTERM; a job stops between rows and returns its summary so far.
-type Job func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (Summary, error)
-
-// RunJob runs a batch job the way every batch binary does: it opens the
-// ledger at db (applying the schema), runs job, logs its start and end,
-// prints the summary as the last line on stdout, and returns the exit
-// status: 0 if the job ran to its end, 1 (one line on stderr naming the path
-// and the cause) if it could not.
-func RunJob(name, db string, log *slog.Logger, startAttrs []any, job Job) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	l, err := backend.Open(db, ledger.Options{})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
-		return ExitRuntime
-	}
-	log.Info(name+" started", append([]any{"db", db}, startAttrs...)...)
-	sum, err := job(ctx, l, log)
-	if cerr := l.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		err = fmt.Errorf("ledger %s: %w", db, err)
-	}
-	log.Info(name+" finished", "summary", sum.String())
-	fmt.Fprintln(os.Stdout, sum.String())
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
-		return ExitRuntime
-	}
-	return ExitOK
 }

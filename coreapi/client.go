@@ -18,7 +18,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +66,11 @@ type Result struct {
 	Body   []byte      // the 45-byte reply body for 0000; nil otherwise
 	Status int         // the HTTP status, 0 if none was read
 	Detail string      // why, for the log, when not a clean answer
+	// LeaseExpired: the holder's lease ended before a byte of the request
+	// was written; nothing was sent (State FAILED, Code E902).
+	LeaseExpired bool
+	// NoConnection: no connection to the core was obtained (E902).
+	NoConnection bool
 }
 
 // Applied reports whether the core applied the transfer.
@@ -107,10 +114,21 @@ type Config struct {
 	MaxConns       int           // idle keep-alive connections kept per host; 0 means 512
 }
 
+// CheckBaseURL reports what is wrong with a core base URL, so that a
+// binary can refuse a bad --core before it touches anything.
+func CheckBaseURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q is not a core base URL: want http://HOST:PORT", s)
+	}
+	return nil
+}
+
 // New returns a client for cfg.BaseURL.
 func New(cfg Config) (*Client, error) {
-	if !strings.HasPrefix(cfg.BaseURL, "http://") && !strings.HasPrefix(cfg.BaseURL, "https://") {
-		return nil, fmt.Errorf("core URL %q: want http://HOST:PORT", cfg.BaseURL)
+	if err := CheckBaseURL(cfg.BaseURL); err != nil {
+		return nil, err
 	}
 	if cfg.ConnectTimeout <= 0 || cfg.Timeout <= 0 {
 		return nil, errors.New("core timeouts must be greater than 0")
@@ -120,7 +138,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	tr := &http.Transport{
 		Proxy:               nil, // never a proxy from the environment
-		DialContext:         (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         dialLeased((&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext),
 		MaxIdleConns:        cfg.MaxConns,
 		MaxIdleConnsPerHost: cfg.MaxConns,
 		IdleConnTimeout:     IdleConnTimeout,
@@ -153,7 +171,11 @@ var (
 // (body included) by the timeout. connected reports whether a connection was
 // ever obtained; when in doubt it says true, which only ever turns an E902
 // into the safe E901.
-func (c *Client) exchange(ctx context.Context, method, url string, body []byte) (status int, respBody []byte, connected bool, err error) {
+//
+// lease, if not zero, is the moment after which no byte of the request may
+// be written (see leaseConn); refused reports that the request was refused
+// for it with nothing written.
+func (c *Client) exchange(ctx context.Context, method, url string, body []byte, lease time.Time) (status int, respBody []byte, connected, refused bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// One timer: first the connect deadline; on GotConn it is reset to the
@@ -168,7 +190,18 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte) 
 		}
 	})
 	defer timer.Stop()
-	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+	var lcMu sync.Mutex
+	var lcs []*leaseConn // every connection this request was handed (a retry gets another)
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		if lc, ok := info.Conn.(*leaseConn); ok {
+			lc.arm(lease)
+			if spy, ok := ctx.Value(connSpyKey{}).(**leaseConn); ok {
+				*spy = lc
+			}
+			lcMu.Lock()
+			lcs = append(lcs, lc)
+			lcMu.Unlock()
+		}
 		if got.CompareAndSwap(false, true) {
 			timer.Reset(c.timeout)
 		}
@@ -179,7 +212,7 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte) 
 	}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, url, rd)
 	if err != nil {
-		return 0, nil, false, err
+		return 0, nil, false, false, err
 	}
 	if body != nil {
 		req.Header["Content-Type"] = jsonContentType
@@ -189,7 +222,15 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte) 
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
 			err = fmt.Errorf("%w (%v)", cause, err)
 		}
-		return 0, nil, got.Load(), err
+		// Refused for the lease only if every connection it was handed
+		// refused it and wrote nothing: then no byte left this process.
+		lcMu.Lock()
+		refused = len(lcs) > 0
+		for _, lc := range lcs {
+			refused = refused && lc.refusedUnwritten()
+		}
+		lcMu.Unlock()
+		return 0, nil, got.Load(), refused, err
 	}
 	defer resp.Body.Close()
 	respBody, err = io.ReadAll(io.LimitReader(resp.Body, maxBody))
@@ -197,9 +238,9 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte) 
 		if cause := context.Cause(ctx); cause != nil {
 			err = fmt.Errorf("%w reading body (%v)", cause, err)
 		}
-		return resp.StatusCode, nil, true, err
+		return resp.StatusCode, nil, true, false, err
 	}
-	return resp.StatusCode, respBody, true, nil
+	return resp.StatusCode, respBody, true, false, nil
 }
 
 var jsonContentType = []string{"application/json"}
@@ -207,16 +248,25 @@ var jsonContentType = []string{"application/json"}
 // Transfer sends one POST /v1/transfers and maps the answer. It never
 // repeats the request. The caller's ctx should not be tied to the channel's
 // connection: a hang-up must not cancel a transfer in flight.
-func (c *Client) Transfer(ctx context.Context, tr TransferRequest) Result {
+//
+// lease is the holder's lease on its claim: no byte of the request is
+// written at or after it (zero: no lease). A request refused for the lease
+// with nothing written is FAILED/E902 with LeaseExpired set; refused after
+// a byte was written it is E901 like any failure once connected.
+func (c *Client) Transfer(ctx context.Context, tr TransferRequest, lease time.Time) Result {
 	payload, err := json.Marshal(tr)
 	if err != nil {
 		// Cannot happen for these field types; nothing was sent.
 		return Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, Detail: "encode: " + err.Error()}
 	}
-	status, body, connected, err := c.exchange(ctx, http.MethodPost, c.base+"/v1/transfers", payload)
+	status, body, connected, refused, err := c.exchange(ctx, http.MethodPost, c.base+"/v1/transfers", payload, lease)
 	if err != nil {
+		if refused {
+			return Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, LeaseExpired: true,
+				Detail: "the claim's lease expired before the request was written (the holder was frozen or stalled): nothing sent"}
+		}
 		if !connected {
-			return Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, Detail: "no connection: " + err.Error()}
+			return Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, NoConnection: true, Detail: "no connection: " + err.Error()}
 		}
 		return unknown(status, "after connecting: "+err.Error())
 	}
@@ -272,6 +322,18 @@ func appliedBody(body []byte, guid string) ([]byte, error) {
 	return b, nil
 }
 
+// probeGUID is a well-formed GUID no channel sends (its channel code is
+// PRB), asked about by Probe.
+const probeGUID = "00000000PRB000000000000000000000"
+
+// Probe asks the core about a GUID nobody sends (an inquiry, which cannot
+// apply anything) and reports an error if no HTTP answer came: any status
+// means the core is reachable.
+func (c *Client) Probe(ctx context.Context) error {
+	_, _, _, _, err := c.exchange(ctx, http.MethodGet, c.base+"/v1/transfers/"+probeGUID, nil, time.Time{})
+	return err
+}
+
 // Lookup asks the core whether it applied guid (GET /v1/transfers/{guid}).
 // Only a 200 with a readable body and a 404 whose code is NOT_FOUND are
 // proof; anything else is Undetermined.
@@ -279,7 +341,7 @@ func (c *Client) Lookup(ctx context.Context, guid string) LookupResult {
 	if !lhstd.IsGUID(guid) {
 		return LookupResult{Detail: "not a GUID"}
 	}
-	status, body, _, err := c.exchange(ctx, http.MethodGet, c.base+"/v1/transfers/"+guid, nil)
+	status, body, _, _, err := c.exchange(ctx, http.MethodGet, c.base+"/v1/transfers/"+guid, nil, time.Time{})
 	if err != nil {
 		return LookupResult{Status: status, Detail: err.Error()}
 	}

@@ -66,7 +66,7 @@ func TestTransferAgainstFixture(t *testing.T) {
 		t.Run(tc.memo, func(t *testing.T) {
 			g := "20261129MOB0000000000000000" + tc.memo[:min(5, len(tc.memo))]
 			g = (g + "00000000")[:32]
-			r := c.Transfer(ctx, TransferRequest{GUID: g, From: tc.from, To: tc.to, Amount: tc.amount, Memo: tc.memo})
+			r := c.Transfer(ctx, TransferRequest{GUID: g, From: tc.from, To: tc.to, Amount: tc.amount, Memo: tc.memo}, time.Time{})
 			assert.Check(t, is.Equal(r.State, tc.wantState), r.Detail)
 			assert.Check(t, is.Equal(r.Code, tc.wantCode), r.Detail)
 			if tc.wantCode == "0000" {
@@ -117,7 +117,7 @@ func TestTransferAnswerMapping(t *testing.T) {
 				w.Write([]byte(tc.body))
 			}))
 			defer srv.Close()
-			r := newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"))
+			r := newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"), time.Time{})
 			assert.Check(t, is.Equal(r.Code, tc.wantCode), r.Detail)
 			assert.Check(t, is.Equal(posts.Load(), int32(1)), "POSTs sent")
 		})
@@ -132,7 +132,7 @@ func TestTransferTruncatedBodyIsUnknown(t *testing.T) {
 		hangUp(w)
 	}))
 	defer srv.Close()
-	r := newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"))
+	r := newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"), time.Time{})
 	assert.Equal(t, r.Code, "E901", r.Detail)
 }
 
@@ -146,7 +146,7 @@ func TestTransferConnectionRefusedIsNotSent(t *testing.T) {
 	assert.NilError(t, err)
 	addr := ln.Addr().String()
 	ln.Close()
-	r := newClient(t, "http://"+addr, time.Second).Transfer(ctx, transfer("x"))
+	r := newClient(t, "http://"+addr, time.Second).Transfer(ctx, transfer("x"), time.Time{})
 	assert.Equal(t, r.State, dedup.StateFailed)
 	assert.Equal(t, r.Code, "E902", r.Detail)
 }
@@ -163,7 +163,7 @@ func TestTransferStalledBodyIsUnknownAfterTimeout(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	r := newClient(t, srv.URL, 200*time.Millisecond).Transfer(ctx, transfer("x"))
+	r := newClient(t, srv.URL, 200*time.Millisecond).Transfer(ctx, transfer("x"), time.Time{})
 	assert.Equal(t, r.Code, "E901", r.Detail)
 }
 
@@ -181,8 +181,8 @@ func TestNoRetryOnReusedConnectionReset(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := newClient(t, srv.URL, time.Second)
-	assert.Equal(t, c.Transfer(ctx, transfer("x")).Code, "0000")
-	r := c.Transfer(ctx, transfer("x"))
+	assert.Equal(t, c.Transfer(ctx, transfer("x"), time.Time{}).Code, "0000")
+	r := c.Transfer(ctx, transfer("x"), time.Time{})
 	assert.Equal(t, r.Code, "E901", r.Detail)
 	assert.Equal(t, posts.Load(), int32(2), "the POST was replayed")
 }
@@ -191,7 +191,7 @@ func TestNoProxyFromEnvironment(t *testing.T) {
 	t.Setenv("HTTP_PROXY", "http://127.0.0.1:1")
 	t.Setenv("http_proxy", "http://127.0.0.1:1")
 	s := startFixture(t, time.Second)
-	r := newClient(t, s.URL, time.Second).Transfer(ctx, transfer("x"))
+	r := newClient(t, s.URL, time.Second).Transfer(ctx, transfer("x"), time.Time{})
 	assert.Equal(t, r.Code, "0000", r.Detail)
 }
 
@@ -204,14 +204,14 @@ func TestNoIdempotencyHeader(t *testing.T) {
 		w.Write([]byte(`{"ref":"C1","balance":1,"processed_at":"20261129093001"}`))
 	}))
 	defer srv.Close()
-	assert.Equal(t, newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x")).Code, "0000")
+	assert.Equal(t, newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"), time.Time{}).Code, "0000")
 }
 
 func TestLookup(t *testing.T) {
 	s := startFixture(t, time.Second)
 	c := newClient(t, s.URL, time.Second)
 	assert.Equal(t, c.Lookup(ctx, g1).Verdict, NotFound)
-	assert.Equal(t, c.Transfer(ctx, transfer("x")).Code, "0000")
+	assert.Equal(t, c.Transfer(ctx, transfer("x"), time.Time{}).Code, "0000")
 	l := c.Lookup(ctx, g1)
 	assert.Equal(t, l.Verdict, Found)
 	assert.Assert(t, is.Len(l.Body, 45))
@@ -235,5 +235,58 @@ func TestLookup(t *testing.T) {
 			defer srv.Close()
 			assert.Equal(t, newClient(t, srv.URL, time.Second).Lookup(ctx, g1).Verdict, Undetermined)
 		})
+	}
+}
+
+// The request leaves in one write, headers and body together, so that a
+// lease deadline can never fall between them; on a reused connection too.
+func TestTransferIsOneWrite(t *testing.T) {
+	s := startFixture(t, time.Second)
+	c := newClient(t, s.URL, time.Second)
+	var writes []int
+	trace := func(lc *leaseConn) { lc.mu.Lock(); writes = append(writes, lc.writes); lc.mu.Unlock() }
+	for i := 0; i < 3; i++ {
+		var got *leaseConn
+		r := c.Transfer(context.WithValue(ctx, connSpyKey{}, &got), transfer("one write"), time.Now().Add(time.Minute))
+		assert.Equal(t, r.Code, "0000")
+		assert.Assert(t, got != nil)
+		trace(got)
+	}
+	assert.DeepEqual(t, writes, []int{1, 1, 1})
+}
+
+// A lease that is over when the request would be written: nothing is
+// written, the result is E902 with LeaseExpired, and the core never saw
+// the request; on a fresh and on a pooled connection.
+func TestExpiredLeaseWritesNothing(t *testing.T) {
+	core, err := fakecore.New(fakecore.Config{Slow: time.Second})
+	assert.NilError(t, err)
+	s, err := fakecore.Listen(core, "127.0.0.1:0")
+	assert.NilError(t, err)
+	defer s.Close()
+	c := newClient(t, s.URL, time.Second)
+	for _, pooled := range []bool{false, true} {
+		if pooled { // leave a keep-alive connection in the pool
+			assert.Equal(t, c.Transfer(ctx, TransferRequest{GUID: "20261129MOB000000000000000000009", From: "11020030004001", To: "11020030004002", Amount: 1, Memo: "warm"}, time.Time{}).Code, "0000")
+		}
+		r := c.Transfer(ctx, transfer("late"), time.Now().Add(-time.Millisecond))
+		assert.Check(t, r.LeaseExpired, "pooled=%v: %+v", pooled, r)
+		assert.Check(t, is.Equal(r.Code, dedup.CodeNotSent))
+		assert.Check(t, is.Equal(r.State, dedup.StateFailed))
+		assert.Check(t, is.Equal(core.Stats().ByGUID[g1], 0), "pooled=%v: the core saw a request sent after its lease", pooled)
+	}
+	// A live lease still goes through on the same client.
+	assert.Equal(t, c.Transfer(ctx, transfer("in time"), time.Now().Add(time.Minute)).Code, "0000")
+}
+
+func TestCheckBaseURL(t *testing.T) {
+	for _, tc := range []struct {
+		url string
+		ok  bool
+	}{
+		{"http://127.0.0.1:9201", true}, {"https://core.bank:443/", true},
+		{"notaurl", false}, {"ftp://x", false}, {"http://", false}, {"http://u:p@h:1", false}, {"http://h:1/v1", false},
+	} {
+		assert.Check(t, is.Equal(CheckBaseURL(tc.url) == nil, tc.ok), tc.url)
 	}
 }

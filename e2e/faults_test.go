@@ -494,21 +494,6 @@ func (c *campaign) settle(db *ledgerDB) {
 	c.t.Errorf("seed %d: the ledger did not settle in 20 rounds", c.seed)
 }
 
-func waitSQL(t *testing.T, db *ledgerDB, q string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var ok bool
-		assert.NilError(t, db.QueryRow(q, args...).Scan(&ok))
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", q)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 type ledgerRow struct {
 	state, rsp string

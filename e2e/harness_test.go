@@ -278,6 +278,9 @@ func telegram(t *testing.T, guid string, opts ...reqOpt) []byte {
 	return tg
 }
 
+// dialRelay opens a channel connection to a relay.
+func dialRelay(addr string) (*channelsim.Conn, error) { return channelsim.Dial(addr, 60*time.Second) }
+
 // send sends one telegram on a new connection and returns the reply.
 func send(t *testing.T, addr string, tg []byte) []byte {
 	t.Helper()
@@ -452,4 +455,21 @@ func expectReply(tg []byte, code string, body []byte) []byte { return lhstd.Repl
 func decodeJSON(t *testing.T, r io.Reader, v any) {
 	t.Helper()
 	assert.NilError(t, json.NewDecoder(r).Decode(v))
+}
+
+// waitSQL polls until the query (one boolean) is true, for 30 s at most.
+func waitSQL(t *testing.T, db *ledgerDB, q string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var ok bool
+		assert.NilError(t, db.QueryRow(q, args...).Scan(&ok))
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", q)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

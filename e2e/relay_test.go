@@ -299,9 +299,16 @@ func TestResetAfterSendIsUnknownNotFailed(t *testing.T) {
 
 // stubCore answers by memo with the status the memo names ("S502"), for
 // the answers the fixture core cannot give.
+// stubCore answers transfers by their memo; before runs before each POST
+// (the relay's start-up probe, a GET, gets a 404 and runs nothing).
 func stubCore(t *testing.T, before func(memo string)) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"code":"NOT_FOUND"}`)
+			return
+		}
 		var tr struct {
 			GUID string `json:"guid"`
 			Memo string `json:"memo"`

@@ -31,11 +31,29 @@ type Store interface {
 
 // Core is the part of the core client the relay uses.
 type Core interface {
-	Transfer(ctx context.Context, tr coreapi.TransferRequest) coreapi.Result
+	Transfer(ctx context.Context, tr coreapi.TransferRequest, lease time.Time) coreapi.Result
 }
+
+// LeaseFor is the lease of a claim whose holder connects to the core within
+// connectTimeout: the longest a healthy holder can take from asking for the
+// claim to writing the request (the ledger's busy timeout, then the
+// connect timeout), plus a second. A holder that has not written its
+// request by then was frozen or stalled, and must not write it at all: the
+// sweep may treat the claim as orphaned after --orphan-after, which the
+// relay's flags keep at least connect-timeout + timeout + 7 s, so a request
+// written within the lease has also had its whole exchange (timeout) before
+// the sweep can move its row.
+func LeaseFor(connectTimeout time.Duration) time.Duration {
+	return ledger.BusyTimeout + connectTimeout + time.Second
+}
+
+// beforeSend is nil in every release build; the test-only build tag
+// freezehook sets it to freeze the process between a claim and its send.
+var beforeSend func(memo string)
 
 // txn is one request's trip through the relay, for its log line.
 type txn struct {
+	peer     string // the channel connection's remote address
 	req      *lhstd.Request
 	start    time.Time
 	from     string // the row's state when the request arrived ("none" if new)
@@ -50,20 +68,24 @@ type txn struct {
 // nil if the telegram cannot be answered (shorter than its header) and the
 // connection must be closed. It never depends on the channel's connection:
 // once called, the transaction runs to its end and its outcome is recorded.
-func (s *Server) Process(t []byte) []byte {
+func (s *Server) Process(t []byte) []byte { return s.ProcessFrom("", t) }
+
+// ProcessFrom is Process for a telegram that arrived from peer (the
+// channel connection's remote address, for the log).
+func (s *Server) ProcessFrom(peer string, t []byte) []byte {
 	start := time.Now()
 	req, err := lhstd.ParseRequest(t)
 	if errors.Is(err, lhstd.ErrShort) {
-		s.log.Warn("unanswerable telegram, closing connection", "bytes", len(t), "error", err)
+		s.log.Warn("unanswerable telegram, closing connection", "peer", peer, "bytes", len(t), "error", err)
 		return nil
 	}
 	if err != nil {
 		h, _ := lhstd.ParseHeader(t)
-		s.log.Warn("tx", "guid", printable(h.GUID), "tx_code", printable(h.TxCode), "code", dedup.CodeMalformed,
+		s.log.Warn("tx", "peer", peer, "guid", printable(h.GUID), "tx_code", printable(h.TxCode), "code", dedup.CodeMalformed,
 			"state", "none", "attempts", 0, "ms", ms(time.Since(start)), "detail", err.Error())
 		return lhstd.Reply(t, dedup.CodeMalformed, nil)
 	}
-	tx := &txn{req: req, start: start, from: "none", logLevel: slog.LevelInfo}
+	tx := &txn{peer: peer, req: req, start: start, from: "none", logLevel: slog.LevelInfo}
 	// A background context: neither a hang-up nor a shutdown may cut a
 	// transaction short (domain.md rule 9); the core call is bounded by the
 	// client's timeouts and ledger writes by the busy timeout.
@@ -77,8 +99,8 @@ func (s *Server) logTx(tx *txn, reply []byte) {
 	if tx.to != "" && tx.to != tx.from {
 		state = tx.from + "->" + tx.to
 	}
-	attrs := make([]slog.Attr, 0, 10)
-	attrs = append(attrs,
+	attrs := make([]slog.Attr, 0, 11)
+	attrs = append(attrs, slog.String("peer", tx.peer),
 		slog.String("guid", tx.req.GUID), slog.String("tx_code", tx.req.TxCode), slog.String("channel", tx.req.Channel),
 		slog.String("code", lhstd.ReplyCode(reply)), slog.String("state", state), slog.Int("attempts", tx.attempt),
 		slog.Float64("ms", ms(time.Since(tx.start))))
@@ -125,6 +147,7 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 	// A new GUID: claim it. If the claim loses, someone else's row exists;
 	// if that row is gone when read (purged meanwhile), claim once more.
 	for try := 0; row == nil && try < 2; try++ {
+		asked := time.Now() // the lease runs from just before the claim is asked for
 		claimed, err := s.store.Claim(ctx, guid, tx.req.TxCode, tx.req.Raw)
 		if err != nil {
 			tx.fail(slog.LevelError, "claim failed, not sent: "+err.Error())
@@ -132,7 +155,7 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 		}
 		if claimed {
 			tx.to = string(dedup.StateSent)
-			return s.send(ctx, tx, 1, tx.req.Raw)
+			return s.send(ctx, tx, 1, tx.req.Raw, asked)
 		}
 		if row, err = s.store.Get(ctx, guid); err != nil {
 			tx.fail(slog.LevelError, "ledger read failed, not sent: "+err.Error())
@@ -173,12 +196,21 @@ func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, m
 		if row.RspCode != dedup.CodeNotSent || !mayReclaim {
 			return tx.replyNew(dedup.CodeNotSent)
 		}
+		if !s.breaker.allow() {
+			// The core refuses connections: a reclaim now would only burn
+			// an attempt on a send that cannot happen.
+			tx.fail(slog.LevelInfo, "core unreachable (breaker open): not reclaimed, no attempt used")
+			return tx.replyNew(dedup.CodeNotSent)
+		}
+		asked := time.Now()
 		attempt, claimed, err := s.store.Reclaim(ctx, tx.req.GUID, tx.req.Raw, 0)
 		if err != nil {
+			s.breaker.abandon()
 			tx.fail(slog.LevelError, "reclaim failed, not sent: "+err.Error())
 			return tx.replyNew(dedup.CodeNotSent)
 		}
 		if !claimed {
+			s.breaker.abandon()
 			// Someone else reclaimed it first: answer from what it is now.
 			now, err := s.store.Get(ctx, tx.req.GUID)
 			if err != nil || now == nil {
@@ -192,7 +224,7 @@ func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, m
 			stored = tx.req.Raw // the reclaim stored the received request
 		}
 		tx.to = string(dedup.StateSent)
-		return s.send(ctx, tx, attempt, stored)
+		return s.send(ctx, tx, attempt, stored, asked)
 	}
 	tx.fail(slog.LevelError, "row in unknown state "+string(row.State))
 	return tx.replyNew(dedup.CodeUnknown)
@@ -202,11 +234,21 @@ func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, m
 // (fenced on attempt) and returns the reply. stored is the row's stored
 // request: a DONE reply is built from it, so the channel gets exactly the
 // telegram that retransmissions will get.
-func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte) []byte {
+//
+// asked is when the claim was asked for: the holder's lease runs from then.
+func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte, asked time.Time) []byte {
 	tx.attempt = attempt
+	if beforeSend != nil {
+		beforeSend(tx.req.Transfer.Memo)
+	}
+	var lease time.Time
+	if s.lease > 0 {
+		lease = asked.Add(s.lease)
+	}
 	coreStart := time.Now()
-	res := s.core.Transfer(ctx, coreapi.NewTransferRequest(tx.req))
+	res := s.core.Transfer(ctx, coreapi.NewTransferRequest(tx.req), lease)
 	tx.core = time.Since(coreStart)
+	s.breaker.record(res)
 	if res.Detail != "" {
 		tx.fail(slog.LevelWarn, res.Detail)
 	}
@@ -233,6 +275,11 @@ func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte) 
 		tx.fail(slog.LevelError, "outcome "+res.Code+" not recorded: the row is no longer this claim's (fenced)")
 	}
 	if res.Applied() {
+		return reply
+	}
+	if res.LeaseExpired {
+		// Nothing left this process: "not delivered by this send" is the
+		// truth, whoever holds the row now.
 		return reply
 	}
 	return tx.replyNew(dedup.CodeUnknown)

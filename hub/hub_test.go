@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 
@@ -19,7 +20,7 @@ type countingCore struct {
 	res   coreapi.Result
 }
 
-func (c *countingCore) Transfer(context.Context, coreapi.TransferRequest) coreapi.Result {
+func (c *countingCore) Transfer(context.Context, coreapi.TransferRequest, time.Time) coreapi.Result {
 	c.calls.Add(1)
 	return c.res
 }

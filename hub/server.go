@@ -33,6 +33,14 @@ type Config struct {
 	Logger      *slog.Logger
 	IdleTimeout time.Duration // an idle channel connection is closed after it
 	OrphanAfter time.Duration // SENT/RECEIVED rows older than this are swept to UNKNOWN
+	// Lease is how long after asking for a claim its holder may still
+	// write the request to the core (0: no lease; see LeaseFor).
+	Lease time.Duration
+	// BreakerAfter consecutive connection failures open the core breaker
+	// (0: DefaultBreakerAfter); BreakerPause is how long it stays open
+	// before one probe may pass (0: DefaultBreakerPause).
+	BreakerAfter int
+	BreakerPause time.Duration
 	// FrameTimeout, WriteTimeout and SweepInterval default to the package
 	// constants; tests shorten them.
 	FrameTimeout  time.Duration
@@ -50,6 +58,8 @@ type Server struct {
 	writeTimeout time.Duration
 	orphanAfter  time.Duration
 	sweepEvery   time.Duration
+	lease        time.Duration
+	breaker      *breaker
 
 	shuttingDown atomic.Bool
 	mu           sync.Mutex
@@ -73,7 +83,8 @@ func New(cfg Config) *Server {
 	s := &Server{
 		store: cfg.Store, core: cfg.Core, log: cfg.Logger,
 		idleTimeout: cfg.IdleTimeout, frameTimeout: cfg.FrameTimeout, writeTimeout: cfg.WriteTimeout,
-		orphanAfter: cfg.OrphanAfter, sweepEvery: cfg.SweepInterval,
+		orphanAfter: cfg.OrphanAfter, sweepEvery: cfg.SweepInterval, lease: cfg.Lease,
+		breaker:   newBreaker(cfg.BreakerAfter, cfg.BreakerPause),
 		listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
 		stopSweep: make(chan struct{}), sweepDone: make(chan struct{}),
 	}
@@ -223,7 +234,7 @@ func (s *Server) serveConn(c net.Conn) {
 			s.log.Warn("bad or incomplete frame, closing connection without reply", "remote", remote, "error", err)
 			return
 		}
-		reply := s.Process(t)
+		reply := s.ProcessFrom(remote, t)
 		if reply == nil {
 			return
 		}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -13,8 +14,10 @@ import (
 )
 
 type flags struct {
-	DB   string    `name:"db" default:"relay.db" help:"Ledger path."`
-	Days cli.Whole `name:"days" default:"7" help:"Delete DONE rows not updated for this many days; must exceed the longest channel retransmission window."`
+	cli.LedgerFlags
+	Days   cli.Whole `name:"days" default:"7" help:"Delete DONE rows not updated for this many days; must exceed the longest channel retransmission window."`
+	DryRun bool      `name:"dry-run" help:"Delete nothing; report how many rows a real run would delete."`
+	cli.JobFlags
 	cli.Logging
 }
 
@@ -25,8 +28,19 @@ func main() {
 	if f.Days == 0 {
 		log.Warn("purge --days 0 forgets every finished transaction: a retransmission of one would be sent to the core again")
 	}
-	os.Exit(cli.RunJob("purge", f.DB, log, []any{"days", int(f.Days)},
+	// Progress on a terminal only: cron's logs stay one line per event.
+	var progress func(deleted, total int64)
+	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		progress = func(deleted, total int64) {
+			fmt.Fprintf(os.Stderr, "\rpurge: deleted %d of %d", deleted, total)
+		}
+	}
+	os.Exit(cli.RunJob("purge", f.DB, f.JobFlags, log, []any{"days", int(f.Days), "dry_run", f.DryRun},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
-			return batch.Purge(ctx, l, int(f.Days), log)
+			sum, err := batch.Purge(ctx, l, int(f.Days), f.DryRun, progress, log)
+			if progress != nil && !f.DryRun {
+				fmt.Fprintln(os.Stderr)
+			}
+			return sum, err
 		}))
 }

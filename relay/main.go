@@ -21,26 +21,43 @@ import (
 )
 
 type flags struct {
-	DB             string      `name:"db" default:"relay.db" help:"Ledger path (SQLite, on a local file system)."`
+	DB             string      `name:"db" default:"relay.db" help:"Ledger: a SQLite file path (on a local file system), or a postgres:// URL."`
 	Listen         string      `name:"listen" default:"127.0.0.1:9101" help:"TCP address for channels (lhstd frames); port 0 picks a free port."`
 	Core           string      `name:"core" default:"http://127.0.0.1:9201" help:"The core's base URL."`
 	Timeout        cli.Seconds `name:"timeout" default:"3" help:"Seconds for the whole exchange with the core once connected; then E901."`
 	ConnectTimeout cli.Seconds `name:"connect-timeout" default:"1" help:"Seconds to obtain a connection to the core; then E902."`
 	OrphanAfter    cli.Seconds `name:"orphan-after" default:"60" help:"Seconds after which a SENT/RECEIVED row is orphaned and swept to UNKNOWN; at least connect-timeout + timeout + 7."`
 	IdleTimeout    cli.Seconds `name:"idle-timeout" default:"300" help:"Seconds an idle channel connection is kept."`
-	Synchronous    string      `name:"synchronous" enum:"full,normal" default:"full" help:"SQLite durability of each commit: full or normal."`
+	Synchronous    string      `name:"synchronous" enum:"full,normal" default:"full" help:"Durability of each commit: full, or normal (SQLite NORMAL; PostgreSQL: accept synchronous_commit off/local)."`
 	cli.Logging
 }
 
-// Validate checks the timeouts and the orphan bound (cli.md).
+// Validate checks everything that can be checked before anything is
+// touched (cli.md): the timeouts, the orphan bound, --db, --core and
+// --listen. Kong calls it while parsing, so a bad flag exits 2 without
+// creating a ledger file.
 func (f *flags) Validate() error {
-	for name, v := range map[string]cli.Seconds{"--timeout": f.Timeout, "--connect-timeout": f.ConnectTimeout, "--orphan-after": f.OrphanAfter, "--idle-timeout": f.IdleTimeout} {
-		if v <= 0 {
-			return fmt.Errorf("%s must be greater than 0", name)
+	for _, c := range []struct {
+		name string
+		v    cli.Seconds
+	}{{"--timeout", f.Timeout}, {"--connect-timeout", f.ConnectTimeout}, {"--orphan-after", f.OrphanAfter}, {"--idle-timeout", f.IdleTimeout}} {
+		if c.v <= 0 {
+			return fmt.Errorf("%s must be greater than 0", c.name)
 		}
+	}
+	if err := backend.Check(f.DB); err != nil {
+		return fmt.Errorf("--db: %v", err)
+	}
+	if err := coreapi.CheckBaseURL(f.Core); err != nil {
+		return fmt.Errorf("--core: %v", err)
+	}
+	if _, err := net.ResolveTCPAddr("tcp", f.Listen); err != nil {
+		return fmt.Errorf("--listen: %q is not a HOST:PORT this host can listen on: %v", f.Listen, err)
 	}
 	// An orphan must be older than any claim can live: connect timeout +
 	// timeout + the 5 s busy timeout + 2 s for whole-second timestamps.
+	// The claim's lease (hub.LeaseFor: busy timeout + connect timeout +
+	// 1 s) plus the exchange's timeout then stays a second below it.
 	if min := f.ConnectTimeout.D() + f.Timeout.D() + ledger.BusyTimeout + 2*time.Second; f.OrphanAfter.D() < min {
 		return fmt.Errorf("--orphan-after must be at least --connect-timeout + --timeout + 7 = %gs", min.Seconds())
 	}
@@ -55,23 +72,30 @@ func main() {
 }
 
 func run(f *flags, log *slog.Logger) int {
+	core, err := coreapi.New(coreapi.Config{BaseURL: f.Core, ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
+		return cli.ExitRuntime
+	}
 	l, err := backend.Open(f.DB, ledger.Options{Synchronous: f.Synchronous})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
 		return cli.ExitRuntime
 	}
 	defer l.Close()
-	core, err := coreapi.New(coreapi.Config{BaseURL: f.Core, ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
-		return cli.ExitRuntime
-	}
-	srv := hub.New(hub.Config{Store: l, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D()})
+	srv := hub.New(hub.Config{Store: l, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D(),
+		Lease: hub.LeaseFor(f.ConnectTimeout.D())})
 
 	// Orphans first: a row left SENT by a crash must not answer E903 forever.
 	if err := srv.SweepOrphans(context.Background()); err != nil {
-		fmt.Fprintf(os.Stderr, "relay: error: ledger %s: %v\n", f.DB, err)
+		fmt.Fprintf(os.Stderr, "relay: error: ledger %s: %v\n", backend.Describe(f.DB), err)
 		return cli.ExitRuntime
+	}
+	// Say it once, at start, if the core does not answer: every transfer
+	// would get E902 until it does. The probe is an inquiry (a GET that
+	// cannot apply anything); the relay serves anyway, the core may come.
+	if err := core.Probe(context.Background()); err != nil {
+		log.Warn("the core does not answer: every transfer will get E902 until it does; serving anyway", "core", f.Core, "error", err)
 	}
 	ln, err := net.Listen("tcp", f.Listen)
 	if err != nil {
@@ -83,12 +107,12 @@ func run(f *flags, log *slog.Logger) int {
 	srv.StartSweeper()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("relay started", "listen", ln.Addr().String(), "db", f.DB, "core", f.Core,
+	log.Info("relay started", "listen", ln.Addr().String(), "db", backend.Describe(f.DB), "core", f.Core,
 		"timeout_s", f.Timeout.D().Seconds(), "connect_timeout_s", f.ConnectTimeout.D().Seconds(),
 		"orphan_after_s", f.OrphanAfter.D().Seconds(), "idle_timeout_s", f.IdleTimeout.D().Seconds(),
-		"synchronous", f.Synchronous, "version", cli.Version)
-	// Scripts that pass port 0 read the port from this plain line.
-	fmt.Fprintf(os.Stderr, "listening addr=%s\n", ln.Addr().String())
+		"lease_s", hub.LeaseFor(f.ConnectTimeout.D()).Seconds(), "synchronous", f.Synchronous, "version", cli.VersionString())
+	// Scripts that pass port 0 read the port from this line.
+	cli.Listening(os.Stderr, f.LogFormat, "listening addr="+ln.Addr().String())
 
 	select {
 	case err := <-served:

@@ -12,13 +12,16 @@ import (
 	"dedup/batch"
 	"dedup/cli"
 	"dedup/coreapi"
+	"dedup/hub"
 	"dedup/ledger"
 )
 
 type flags struct {
-	DB          string    `name:"db" default:"relay.db" help:"Ledger path."`
+	cli.LedgerFlags
 	MaxAttempts cli.Whole `name:"max-attempts" default:"3" help:"Attempts in all (the relay's own included) after which a row is left for an operator."`
+	DryRun      bool      `name:"dry-run" help:"Change nothing; report which rows a real run would send."`
 	cli.CoreFlags
+	cli.JobFlags
 	cli.Logging
 }
 
@@ -37,9 +40,9 @@ func main() {
 	if err != nil {
 		cli.Fatal("reprocess", err)
 	}
-	os.Exit(cli.RunJob("reprocess", f.DB, f.Logger(os.Stderr), []any{"core", f.Core, "max_attempts", int(f.MaxAttempts)},
+	os.Exit(cli.RunJob("reprocess", f.DB, f.JobFlags, f.Logger(os.Stderr), []any{"core", f.Core, "max_attempts", int(f.MaxAttempts), "dry_run", f.DryRun},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
-			sum, err := batch.Reprocess(ctx, l, core, int(f.MaxAttempts), log)
+			sum, err := batch.Reprocess(ctx, l, core, int(f.MaxAttempts), hub.LeaseFor(f.ConnectTimeout.D()), f.DryRun, log)
 			if sum.Exhausted > 0 {
 				log.Warn("reprocess: rows at the attempt limit need an operator", "exhausted", sum.Exhausted)
 			}

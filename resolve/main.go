@@ -14,9 +14,10 @@ import (
 )
 
 type flags struct {
-	DB     string      `name:"db" default:"relay.db" help:"Ledger path."`
+	cli.LedgerFlags
 	MinAge cli.Seconds `name:"min-age" default:"300" help:"Only UNKNOWN rows at least this many seconds old (longer than the core's longest processing time)."`
 	cli.CoreFlags
+	cli.JobFlags
 	cli.Logging
 }
 
@@ -27,7 +28,7 @@ func main() {
 	if err != nil {
 		cli.Fatal("resolve", err)
 	}
-	os.Exit(cli.RunJob("resolve", f.DB, f.Logger(os.Stderr), []any{"core", f.Core, "min_age_s", f.MinAge.D().Seconds()},
+	os.Exit(cli.RunJob("resolve", f.DB, f.JobFlags, f.Logger(os.Stderr), []any{"core", f.Core, "min_age_s", f.MinAge.D().Seconds()},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
 			return batch.Resolve(ctx, l, core, f.MinAge.D(), log)
 		}))

@@ -8,9 +8,12 @@
 #   ledger can beat) beside the SQLite ledger at synchronous FULL and NORMAL;
 #   ratio = ledger TPS / ceiling TPS.
 # Table 2 (real binaries): fixturecore + relay processes driven by
-#   `channel load --dup-ratio 0.1`, with the ledger on the disk and on tmpfs
-#   (/dev/shm); CPU microseconds per transaction of the relay process, and the
-#   number of GUIDs the core applied twice (must be 0).
+#   `channel load --dup-ratio 0.1`, with a SQLite ledger (synchronous FULL) on
+#   the disk and on tmpfs (/dev/shm), and a PostgreSQL ledger (a throwaway
+#   local cluster, fsync and synchronous_commit on, data on the disk); CPU
+#   microseconds per transaction of the relay process (the PostgreSQL
+#   server's own CPU is not in it), and the number of GUIDs the core applied
+#   twice (must be 0).
 #
 #   scripts/bench.sh [SECONDS_PER_POINT]     (default 5)
 set -euo pipefail
@@ -21,6 +24,7 @@ secs=${1:-5}
 
 go build -o bin/ ./...
 work=$(mktemp -d "$PWD/.bench.XXXXXX")   # on the repository's disk, not /tmp
+chmod 755 "$work"                         # the PostgreSQL cluster in it runs as postgres
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -68,11 +72,23 @@ bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
 pids+=($!)
 core="http://$(wait_listening "$work/core.log")"
 printf "%-8s %-6s %9s %8s %8s %10s %14s\n" "ledger" "conns" "tx/s" "p50ms" "p99ms" "cpu_us/tx" "applied_twice"
-for where in disk tmpfs; do
-  if [ "$where" = disk ]; then dir="$work"; else dir=$(mktemp -d /dev/shm/dedup-bench.XXXXXX); fi
+pgurl=$(scripts/pg.sh start "$work/pg")   # a throwaway cluster, data on the repository's disk
+pgstop() { scripts/pg.sh stop "$work/pg"; }
+trap 'pgstop; cleanup' EXIT
+for where in disk tmpfs postgres; do
+  case "$where" in
+    disk) dir="$work" ;;
+    tmpfs) dir=$(mktemp -d /dev/shm/dedup-bench.XXXXXX) ;;
+  esac
   for c in 1 16 64; do
-    rm -f "$dir"/relay.db*
-    bin/relay --db "$dir/relay.db" --listen 127.0.0.1:0 --core "$core" 2>"$work/relay.log" &
+    if [ "$where" = postgres ]; then
+      psql "$pgurl" -qc "DROP TABLE IF EXISTS tx" >/dev/null
+      db="$pgurl"
+    else
+      rm -f "$dir"/relay.db*
+      db="$dir/relay.db"
+    fi
+    bin/relay --db "$db" --listen 127.0.0.1:0 --core "$core" 2>"$work/relay.log" &
     rpid=$!
     relay=$(wait_listening "$work/relay.log")
     before=$(cpu_ticks "$rpid")
