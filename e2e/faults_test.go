@@ -494,7 +494,6 @@ func (c *campaign) settle(db *ledgerDB) {
 	c.t.Errorf("seed %d: the ledger did not settle in 20 rounds", c.seed)
 }
 
-
 type ledgerRow struct {
 	state, rsp string
 	response   []byte
