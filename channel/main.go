@@ -29,13 +29,13 @@ type transferFlags struct {
 	Channel string      `name:"channel" default:"MOB" help:"Channel code, 3 characters of [0-9A-Z]."`
 	From    string      `name:"from" default:"11020030004001" help:"Debit account, 14 digits."`
 	To      string      `name:"to" default:"11020030004002" help:"Credit account, 14 digits."`
-	Amount  int64       `name:"amount" default:"150000" help:"Amount in won."`
 	Memo    string      `name:"memo" default:"" help:"Memo (CP949, at most 20 bytes). SLOW, FAIL500, DROP, APPLYDROP prefixes steer the fixture core."`
 	Timeout cli.Seconds `name:"timeout" default:"10" help:"Seconds to wait for each reply."`
 }
 
 type sendCmd struct {
 	transferFlags
+	Amount     cli.Whole `name:"amount" default:"150000" help:"Amount in won."`
 	GUID       string    `name:"guid" help:"GUID (32 of [0-9A-Za-z]); generated when omitted."`
 	SentAt     string    `name:"sent-at" help:"sent_at, YYYYMMDDhhmmss; now when omitted."`
 	Repeat     cli.Whole `name:"repeat" default:"1" help:"Send the same telegram this many times."`
@@ -45,6 +45,7 @@ type sendCmd struct {
 
 type loadCmd struct {
 	transferFlags
+	Amount   cli.Whole   `name:"amount" default:"1" help:"Amount in won of each transfer; load alternates the direction between --from and --to, so the balances never run dry."`
 	Conns    cli.Whole   `name:"conns" default:"16" help:"Concurrent connections."`
 	Duration cli.Seconds `name:"duration" default:"10" help:"Seconds to run (unless --count)."`
 	Count    cli.Whole   `name:"count" default:"0" help:"Send this many telegrams, then stop (0: use --duration)."`
@@ -102,12 +103,12 @@ func send(c *sendCmd) int {
 	if sentAt == "" {
 		sentAt = channelsim.Now()
 	}
-	t, err := lhstd.NewTransferRequest(guid, c.Channel, sentAt, lhstd.Transfer{From: c.From, To: c.To, Amount: c.Amount, Memo: c.Memo})
+	t, err := lhstd.NewTransferRequest(guid, c.Channel, sentAt, lhstd.Transfer{From: c.From, To: c.To, Amount: int64(c.Amount), Memo: c.Memo})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "channel: usage error: %v\n", err)
 		return cli.ExitUsage
 	}
-	fmt.Printf("guid=%s from=%s to=%s amount=%d\n", guid, lhstd.MaskAccount(c.From), lhstd.MaskAccount(c.To), c.Amount)
+	fmt.Printf("guid=%s from=%s to=%s amount=%d\n", guid, lhstd.MaskAccount(c.From), lhstd.MaskAccount(c.To), int64(c.Amount))
 	if c.Raw {
 		fmt.Printf("> %s\n", lhstd.AppendFrame(nil, t))
 	}
@@ -186,7 +187,7 @@ func load(ctx context.Context, c *loadCmd) int {
 	}
 	rep, err := channelsim.Load(ctx, channelsim.LoadConfig{
 		Relay: c.Relay, Conns: int(c.Conns), Duration: c.Duration.D(), Count: int(c.Count), DupRatio: c.DupRatio,
-		Timeout: c.Timeout.D(), Channel: c.Channel, From: c.From, To: c.To, Amount: c.Amount, Memo: c.Memo, Progress: progress,
+		Timeout: c.Timeout.D(), Channel: c.Channel, From: c.From, To: c.To, Amount: int64(c.Amount), Memo: c.Memo, Progress: progress,
 	})
 	if rep != nil {
 		fmt.Print(rep.String())
@@ -205,6 +206,9 @@ func load(ctx context.Context, c *loadCmd) int {
 	}
 	cc := stats.Check(rep.GUIDs)
 	fmt.Printf("core: guids=%d applied=%d applied_twice=%d received_twice=%d\n", cc.GUIDs, cc.Applied, cc.AppliedTwice, cc.ReceivedTwice)
+	if cc.Applied == 0 {
+		fmt.Fprintln(os.Stderr, "channel: warning: the core applied no transfer, so applied_twice=0 proves nothing (rejected amounts? drained accounts? the core down?)")
+	}
 	if cc.AppliedTwice > 0 {
 		fmt.Fprintf(os.Stderr, "channel: DOUBLE DEBIT: %d GUIDs applied more than once, e.g. %s\n", cc.AppliedTwice, cc.Doubles[0])
 		return ExitNotOK

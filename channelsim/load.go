@@ -200,7 +200,14 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 				if t == nil {
 					g := NewGUID(cfg.Channel)
 					var err error
-					t, err = lhstd.NewTransferRequest(g, cfg.Channel, Now(), lhstd.Transfer{From: cfg.From, To: cfg.To, Amount: cfg.Amount, Memo: cfg.Memo})
+					// Alternate the direction, so that the two accounts'
+					// balances swing around their opening amounts and never
+					// run dry, however long the load runs.
+					from, to := cfg.From, cfg.To
+					if len(guids)%2 == 1 {
+						from, to = to, from
+					}
+					t, err = lhstd.NewTransferRequest(g, cfg.Channel, Now(), lhstd.Transfer{From: from, To: to, Amount: cfg.Amount, Memo: cfg.Memo})
 					if err != nil {
 						mu.Lock()
 						firstErr = err

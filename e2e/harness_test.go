@@ -59,6 +59,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	args := []string{"build", "-o", dir + "/"}
+	if exec.Command("git", "-C", "..", "rev-parse", "--git-dir").Run() == nil {
+		args = append(args, "-buildvcs=true") // --version shows the revision
+	}
 	if os.Getenv("DEDUP_E2E_RACE") != "" {
 		args = append(args, "-race")
 	}
@@ -79,14 +82,17 @@ func bin(name string) string { return filepath.Join(binDir, name) }
 
 // proc is a running binary whose stderr is kept for the test's log.
 type proc struct {
-	t      *testing.T
-	name   string
-	cmd    *exec.Cmd
-	addr   string
-	mu     sync.Mutex
-	stderr bytes.Buffer
-	exited chan struct{}
-	err    error
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	addr string
+	// metricsAddr is the relay's --metrics-listen address, printed before
+	// its listening line.
+	metricsAddr string
+	mu          sync.Mutex
+	stderr      bytes.Buffer
+	exited      chan struct{}
+	err         error
 }
 
 // start runs a server binary and waits for its "listening addr=" line.
@@ -111,7 +117,17 @@ func start(t *testing.T, name string, args ...string) *proc {
 			p.mu.Lock()
 			p.stderr.WriteString(line + "\n")
 			p.mu.Unlock()
-			if a, ok := strings.CutPrefix(line, "listening addr="); ok {
+			text := line
+			if strings.HasPrefix(line, "{") { // --log-format json
+				var obj struct{ Msg string }
+				if json.Unmarshal([]byte(line), &obj) == nil {
+					text = obj.Msg
+				}
+			}
+			if a, ok := strings.CutPrefix(text, "metrics addr="); ok {
+				p.metricsAddr = a
+			}
+			if a, ok := strings.CutPrefix(text, "listening addr="); ok {
 				select {
 				case addrc <- a:
 				default:

@@ -8,6 +8,7 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"dedup/fakecore"
 	"dedup/ledger"
 	"dedup/ledger/sqlite"
+	"dedup/metrics"
 )
 
 // memStore is an in-memory Store with the ledger's semantics, used only by
@@ -80,12 +82,15 @@ func (m *memStore) SweepOrphans(context.Context, time.Duration) (int64, error) {
 // BenchmarkRelay drives the relay server end to end (channel connections →
 // relay → fixture core over loopback) with 10 % retransmissions, once with
 // the in-memory store (the ceiling) and once with the SQLite ledger at
-// synchronous FULL and NORMAL. b.N is the number of telegrams.
+// synchronous FULL and NORMAL, and FULL again with the Prometheus metrics
+// on (full+metrics). b.N is the number of telegrams. cpu-us/tx is this
+// process's CPU (getrusage: relay, load generator and core together) per
+// telegram.
 //
 //	go test -run '^$' -bench Relay -benchtime 20000x ./hub/
 func BenchmarkRelay(b *testing.B) {
 	for _, conns := range []int{1, 16, 64} {
-		for _, store := range []string{"memory", "full", "normal"} {
+		for _, store := range []string{"memory", "full", "normal", "full+metrics"} {
 			b.Run(fmt.Sprintf("conns=%d/store=%s", conns, store), func(b *testing.B) {
 				benchRelay(b, store, conns)
 			})
@@ -109,17 +114,25 @@ func benchRelay(b *testing.B, store string, conns int) {
 	}
 	defer client.CloseIdle()
 	var st Store
+	var m *metrics.Relay
+	if store == "full+metrics" {
+		store, m = "full", metrics.New()
+	}
 	if store == "memory" {
 		st = newMemStore()
 	} else {
-		l, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), ledger.Options{Synchronous: store})
+		opts := ledger.Options{Synchronous: store}
+		if m != nil {
+			opts.OnCommit = m.Commit
+		}
+		l, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), opts)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer l.Close()
 		st = l
 	}
-	srv := New(Config{Store: st, Core: client, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := New(Config{Store: st, Core: client, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: m})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -127,15 +140,20 @@ func benchRelay(b *testing.B, store string, conns int) {
 	go srv.Serve(ln)
 	defer srv.Shutdown(context.Background())
 
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	b.ResetTimer()
 	rep, err := channelsim.Load(context.Background(), channelsim.LoadConfig{
 		Relay: ln.Addr().String(), Conns: conns, Count: b.N, DupRatio: 0.1,
 		From: "11020030004001", To: "11020030004002", Amount: 1, Channel: "BEN",
 	})
 	b.StopTimer()
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	if err != nil {
 		b.Fatal(err)
 	}
+	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/tx")
 	if rep.Errors > 0 {
 		b.Fatalf("%d connection errors", rep.Errors)
 	}

@@ -91,6 +91,7 @@ func (s *Server) ProcessFrom(peer string, t []byte) []byte {
 	// client's timeouts and ledger writes by the busy timeout.
 	reply := s.handle(context.Background(), tx)
 	s.logTx(tx, reply)
+	s.metrics.Transaction(time.Since(start))
 	return reply
 }
 
@@ -177,6 +178,9 @@ func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, m
 		tx.fail(slog.LevelWarn, "GUID reused for a different request (channel bug); nothing changed")
 		return tx.replyNew(dedup.CodeGUIDReused)
 	}
+	if row.State != dedup.StateFailed {
+		s.metrics.LedgerAnswer(row.State) // a FAILED row may still be sent: counted below if not
+	}
 	switch row.State {
 	case dedup.StateSent, dedup.StateReceived:
 		return tx.replyNew(dedup.CodeInProgress)
@@ -194,9 +198,11 @@ func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, m
 		return tx.replyNew(dedup.CodeUnknown)
 	case dedup.StateFailed:
 		if row.RspCode != dedup.CodeNotSent || !mayReclaim {
+			s.metrics.LedgerAnswer(row.State)
 			return tx.replyNew(dedup.CodeNotSent)
 		}
 		if !s.breaker.allow() {
+			s.metrics.LedgerAnswer(row.State)
 			// The core refuses connections: a reclaim now would only burn
 			// an attempt on a send that cannot happen.
 			tx.fail(slog.LevelInfo, "core unreachable (breaker open): not reclaimed, no attempt used")
@@ -245,10 +251,15 @@ func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte, 
 	if s.lease > 0 {
 		lease = asked.Add(s.lease)
 	}
+	s.metrics.Inflight(1)
+	defer s.metrics.Inflight(-1)
 	coreStart := time.Now()
 	res := s.core.Transfer(ctx, coreapi.NewTransferRequest(tx.req), lease)
 	tx.core = time.Since(coreStart)
 	s.breaker.record(res)
+	if !res.LeaseExpired { // refused for its lease, nothing was POSTed
+		s.metrics.CoreRequest(res.State, tx.core)
+	}
 	if res.Detail != "" {
 		tx.fail(slog.LevelWarn, res.Detail)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"dedup/lhstd"
+	"dedup/metrics"
 )
 
 // Defaults of the wire protocol (lhstd.md, cli.md).
@@ -41,6 +42,8 @@ type Config struct {
 	// before one probe may pass (0: DefaultBreakerPause).
 	BreakerAfter int
 	BreakerPause time.Duration
+	// Metrics, if not nil, counts what the relay does.
+	Metrics *metrics.Relay
 	// FrameTimeout, WriteTimeout and SweepInterval default to the package
 	// constants; tests shorten them.
 	FrameTimeout  time.Duration
@@ -60,6 +63,7 @@ type Server struct {
 	sweepEvery   time.Duration
 	lease        time.Duration
 	breaker      *breaker
+	metrics      *metrics.Relay
 
 	shuttingDown atomic.Bool
 	mu           sync.Mutex
@@ -84,7 +88,7 @@ func New(cfg Config) *Server {
 		store: cfg.Store, core: cfg.Core, log: cfg.Logger,
 		idleTimeout: cfg.IdleTimeout, frameTimeout: cfg.FrameTimeout, writeTimeout: cfg.WriteTimeout,
 		orphanAfter: cfg.OrphanAfter, sweepEvery: cfg.SweepInterval, lease: cfg.Lease,
-		breaker:   newBreaker(cfg.BreakerAfter, cfg.BreakerPause),
+		breaker: newBreaker(cfg.BreakerAfter, cfg.BreakerPause), metrics: cfg.Metrics,
 		listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
 		stopSweep: make(chan struct{}), sweepDone: make(chan struct{}),
 	}
@@ -197,6 +201,7 @@ func (s *Server) track(c net.Conn) bool {
 	}
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)
+	s.metrics.Connections(1)
 	return true
 }
 
@@ -204,7 +209,16 @@ func (s *Server) untrack(c net.Conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+	s.metrics.Connections(-1)
 	s.connWG.Done()
+}
+
+// Serving reports whether the server accepts channel connections (for
+// the readiness check).
+func (s *Server) Serving() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.listeners) > 0 && !s.shuttingDown.Load()
 }
 
 // serveConn reads frames one after another and writes each reply before
@@ -245,6 +259,7 @@ func (s *Server) serveConn(c net.Conn) {
 			s.log.Info("reply not delivered, channel gone", "remote", remote, "guid", string(reply[:32]), "error", err)
 			return
 		}
+		s.metrics.Reply(lhstd.ReplyCode(reply))
 	}
 }
 

@@ -131,6 +131,9 @@ type Options struct {
 	Conns int
 	// Faults injects commit failures; tests only (nil in every binary).
 	Faults *Faults
+	// OnCommit, if set, is told of every commit that succeeded: how long
+	// it took and how many writes it carried (a group commit counts once).
+	OnCommit func(d time.Duration, writes int)
 }
 
 // Faults lets a test make commits fail, to prove that no caller acts on a

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"dedup/hub"
 	"dedup/ledger"
 	"dedup/ledger/backend"
+	"dedup/metrics"
 )
 
 type flags struct {
@@ -28,6 +30,8 @@ type flags struct {
 	ConnectTimeout cli.Seconds `name:"connect-timeout" default:"1" help:"Seconds to obtain a connection to the core; then E902."`
 	OrphanAfter    cli.Seconds `name:"orphan-after" default:"60" help:"Seconds after which a SENT/RECEIVED row is orphaned and swept to UNKNOWN; at least connect-timeout + timeout + 7."`
 	IdleTimeout    cli.Seconds `name:"idle-timeout" default:"300" help:"Seconds an idle channel connection is kept."`
+	MetricsListen  string      `name:"metrics-listen" placeholder:"ADDR" help:"HTTP address for /metrics, /healthz and /readyz (default off); port 0 picks a free port."`
+	MetricsRefresh cli.Seconds `name:"metrics-refresh" default:"15" hidden:"" help:"Seconds between refreshes of the ledger gauges (tests shorten it)."`
 	Synchronous    string      `name:"synchronous" enum:"full,normal" default:"full" help:"Durability of each commit: full, or normal (SQLite NORMAL; PostgreSQL: accept synchronous_commit off/local)."`
 	cli.Logging
 }
@@ -54,6 +58,14 @@ func (f *flags) Validate() error {
 	if _, err := net.ResolveTCPAddr("tcp", f.Listen); err != nil {
 		return fmt.Errorf("--listen: %q is not a HOST:PORT this host can listen on: %v", f.Listen, err)
 	}
+	if f.MetricsListen != "" {
+		if _, err := net.ResolveTCPAddr("tcp", f.MetricsListen); err != nil {
+			return fmt.Errorf("--metrics-listen: %q is not a HOST:PORT this host can listen on: %v", f.MetricsListen, err)
+		}
+	}
+	if f.MetricsRefresh <= 0 {
+		return fmt.Errorf("--metrics-refresh must be greater than 0")
+	}
 	// An orphan must be older than any claim can live: connect timeout +
 	// timeout + the 5 s busy timeout + 2 s for whole-second timestamps.
 	// The claim's lease (hub.LeaseFor: busy timeout + connect timeout +
@@ -77,14 +89,20 @@ func run(f *flags, log *slog.Logger) int {
 		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
 		return cli.ExitRuntime
 	}
-	l, err := backend.Open(f.DB, ledger.Options{Synchronous: f.Synchronous})
+	var m *metrics.Relay
+	opts := ledger.Options{Synchronous: f.Synchronous}
+	if f.MetricsListen != "" {
+		m = metrics.New()
+		opts.OnCommit = m.Commit
+	}
+	l, err := backend.Open(f.DB, opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
 		return cli.ExitRuntime
 	}
 	defer l.Close()
 	srv := hub.New(hub.Config{Store: l, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D(),
-		Lease: hub.LeaseFor(f.ConnectTimeout.D())})
+		Lease: hub.LeaseFor(f.ConnectTimeout.D()), Metrics: m})
 
 	// Orphans first: a row left SENT by a crash must not answer E903 forever.
 	if err := srv.SweepOrphans(context.Background()); err != nil {
@@ -104,13 +122,30 @@ func run(f *flags, log *slog.Logger) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if m != nil {
+		mln, err := net.Listen("tcp", f.MetricsListen)
+		if err != nil {
+			ln.Close()
+			fmt.Fprintf(os.Stderr, "relay: error: --metrics-listen %s: %v\n", f.MetricsListen, err)
+			return cli.ExitRuntime
+		}
+		ms := metrics.NewServer(m, l, f.MetricsRefresh.D(), srv.Serving)
+		hs := &http.Server{Handler: ms.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(mln)
+		defer hs.Close()
+		rctx, stopRefresh := context.WithCancel(context.Background())
+		defer stopRefresh()
+		go ms.RunRefresher(rctx, func(err error) { log.Warn("ledger gauges not refreshed", "error", err) })
+		cli.Listening(os.Stderr, f.LogFormat, "metrics addr="+mln.Addr().String())
+	}
 	srv.StartSweeper()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("relay started", "listen", ln.Addr().String(), "db", backend.Describe(f.DB), "core", f.Core,
 		"timeout_s", f.Timeout.D().Seconds(), "connect_timeout_s", f.ConnectTimeout.D().Seconds(),
 		"orphan_after_s", f.OrphanAfter.D().Seconds(), "idle_timeout_s", f.IdleTimeout.D().Seconds(),
-		"lease_s", hub.LeaseFor(f.ConnectTimeout.D()).Seconds(), "synchronous", f.Synchronous, "version", cli.VersionString())
+		"lease_s", hub.LeaseFor(f.ConnectTimeout.D()).Seconds(), "synchronous", f.Synchronous, "metrics", f.MetricsListen,
+		"version", cli.VersionString())
 	// Scripts that pass port 0 read the port from this line.
 	cli.Listening(os.Stderr, f.LogFormat, "listening addr="+ln.Addr().String())
 

@@ -5,8 +5,10 @@
 # Table 1 (in-process, one Go benchmark run): the relay server end to end
 #   (channel connections -> relay -> fixture core, 10 % retransmissions) with
 #   the in-memory store used only by the benchmark (the ceiling no durable
-#   ledger can beat) beside the SQLite ledger at synchronous FULL and NORMAL;
-#   ratio = ledger TPS / ceiling TPS.
+#   ledger can beat) beside the SQLite ledger at synchronous FULL and NORMAL,
+#   and FULL with the Prometheus metrics on; CPU microseconds per transaction
+#   of the whole process (getrusage: relay, load and core together);
+#   vs_memory = TPS / ceiling TPS.
 # Table 2 (real binaries): fixturecore + relay processes driven by
 #   `channel load --dup-ratio 0.1`, with a SQLite ledger (synchronous FULL) on
 #   the disk and on tmpfs (/dev/shm), and a PostgreSQL ledger (a throwaway
@@ -14,6 +16,8 @@
 #   microseconds per transaction of the relay process (the PostgreSQL
 #   server's own CPU is not in it), and the number of GUIDs the core applied
 #   twice (must be 0).
+#
+# Also: the idle fsync p50 of this disk for an in-place overwrite of 16 KiB.
 #
 #   scripts/bench.sh [SECONDS_PER_POINT]     (default 5)
 set -euo pipefail
@@ -44,6 +48,11 @@ wait_listening() {
 }
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 
+echo "== the disk: fsync after overwriting 16 KiB in place (the floor of one durable commit)"
+DEDUP_FSYNC_DIR="$work" go test -run '^$' -bench FsyncInPlace -benchtime 300x ./ledger/sqlite/ |
+  sed -n 's/.* \([0-9.]*\) fsync-p50-ms.*/idle fsync p50: \1 ms/p'
+echo
+
 echo "== table 1: relay server in-process, ledger vs in-memory ceiling (10 % retransmissions)"
 n64=$((secs * 6000)); n16=$((secs * 4000)); n1=$((secs * 800))
 raw="$work/gobench.txt"
@@ -52,18 +61,17 @@ for pair in "1:$n1" "16:$n16" "64:$n64"; do
   go test -run '^$' -bench "Relay/conns=$c/" -benchtime "${n}x" ./hub/ | grep '^BenchmarkRelay' >>"$raw"
 done
 awk '
-  { split($1, p, "/"); c=p[2]; sub("conns=","",c); s=p[3]; sub("store=","",s); sub(/-[0-9]+$/,"",s)
-    for (i=2;i<=NF;i++) { if ($(i+1)=="tx/s") t[c,s]=$i; if ($(i+1)=="p50-ms") p50[c,s]=$i; if ($(i+1)=="p99-ms") p99[c,s]=$i }
+  { split($1, p, "/"); c=p[2]; sub("conns=","",c); st=p[3]; sub("store=","",st); sub(/-[0-9]+$/,"",st)
+    for (i=2;i<=NF;i++) { if ($(i+1)=="tx/s") t[c,st]=$i; if ($(i+1)=="p50-ms") p50[c,st]=$i; if ($(i+1)=="p99-ms") p99[c,st]=$i; if ($(i+1)=="cpu-us/tx") cpu[c,st]=$i }
     cs[c]=1 }
   END {
-    printf "%-6s | %-26s | %-34s | %-34s\n", "conns", "in-memory (ceiling)", "ledger FULL", "ledger NORMAL"
-    printf "%-6s | %9s %7s %8s | %9s %7s %8s %7s | %9s %7s %8s %7s\n", "", "tx/s", "p50ms", "p99ms", "tx/s", "p50ms", "p99ms", "ratio", "tx/s", "p50ms", "p99ms", "ratio"
-    n=split("1 16 64", order, " ")
+    printf "%-6s %-14s %9s %8s %8s %10s %10s\n", "conns", "store", "tx/s", "p50ms", "p99ms", "cpu_us/tx", "vs_memory"
+    n=split("1 16 64", order, " "); m=split("memory full normal full+metrics", stores, " ")
     for (k=1;k<=n;k++) { c=order[k]; if (!(c in cs)) continue
-      printf "%-6s | %9.0f %7.3f %8.3f | %9.0f %7.3f %8.3f %6.0f%% | %9.0f %7.3f %8.3f %6.0f%%\n", c,
-        t[c,"memory"], p50[c,"memory"], p99[c,"memory"],
-        t[c,"full"], p50[c,"full"], p99[c,"full"], 100*t[c,"full"]/t[c,"memory"],
-        t[c,"normal"], p50[c,"normal"], p99[c,"normal"], 100*t[c,"normal"]/t[c,"memory"] }
+      for (j=1;j<=m;j++) { st=stores[j]; if (!((c,st) in t)) continue
+        printf "%-6s %-14s %9.0f %8.3f %8.3f %10.1f %9.0f%%\n", c, st, t[c,st], p50[c,st], p99[c,st], cpu[c,st], 100*t[c,st]/t[c,"memory"] }
+      if ((c,"full+metrics") in t) printf "%-6s %-14s metrics cost: %+.1f%% tx/s, %+.1f cpu_us/tx against full in this run\n", c, "", 100*(t[c,"full+metrics"]/t[c,"full"]-1), cpu[c,"full+metrics"]-cpu[c,"full"]
+    }
   }' "$raw"
 
 echo

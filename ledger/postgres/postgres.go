@@ -80,9 +80,10 @@ FROM tx GROUP BY state`
 
 // Ledger is an open PostgreSQL ledger. It is safe for concurrent use.
 type Ledger struct {
-	pool   *pgxpool.Pool
-	faults *ledger.Faults
-	closed atomic.Bool
+	pool     *pgxpool.Pool
+	faults   *ledger.Faults
+	onCommit func(time.Duration, int)
+	closed   atomic.Bool
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -156,7 +157,7 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{pool: pool, faults: opts.Faults}
+	l := &Ledger{pool: pool, faults: opts.Faults, onCommit: opts.OnCommit}
 	if err := l.prepare(ctx, sync == "normal"); err != nil {
 		pool.Close()
 		return nil, err
@@ -234,7 +235,14 @@ func (l *Ledger) write(ctx context.Context, fn func(ctx context.Context, q queri
 	ctx, cancel := bound(ctx)
 	defer cancel()
 	if l.faults == nil {
-		return classify(fn(ctx, l.pool))
+		start := time.Now()
+		if err := fn(ctx, l.pool); err != nil {
+			return classify(err)
+		}
+		if l.onCommit != nil {
+			l.onCommit(time.Since(start), 1)
+		}
+		return nil
 	}
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {

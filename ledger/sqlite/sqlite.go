@@ -45,6 +45,7 @@ type Ledger struct {
 	stopped  chan struct{}
 	maxBatch int
 	faults   *ledger.Faults
+	onCommit func(time.Duration, int)
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -102,7 +103,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	wdb.SetConnMaxIdleTime(0)
 	wdb.SetConnMaxLifetime(0)
 
-	l := &Ledger{wdb: wdb, ops: make(chan *op), quit: make(chan struct{}), stopped: make(chan struct{}), faults: opts.Faults}
+	l := &Ledger{wdb: wdb, ops: make(chan *op), quit: make(chan struct{}), stopped: make(chan struct{}), faults: opts.Faults, onCommit: opts.OnCommit}
 	fail := func(err error) (*Ledger, error) {
 		if l.conn != nil {
 			l.conn.Close()

@@ -105,7 +105,11 @@ func (l *Ledger) writer() {
 				break drain
 			}
 		}
+		start := time.Now()
 		err := l.commit(batch)
+		if err == nil && l.onCommit != nil {
+			l.onCommit(time.Since(start), len(batch))
+		}
 		for _, o := range batch {
 			o.done <- err
 		}

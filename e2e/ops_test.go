@@ -1,0 +1,408 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/icmd"
+	"gotest.tools/v3/poll"
+
+	"dedup/internal/pgtest"
+)
+
+// scrape reads the relay's /metrics and returns every sample by its
+// series ("name{labels}") and the raw text.
+func scrape(t *testing.T, addr string) (map[string]float64, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	assert.NilError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	assert.NilError(t, err)
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		assert.NilError(t, err, line)
+		out[line[:i]] = v
+	}
+	return out, string(b)
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	assert.NilError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// operations.md: each metric moves as the spec says.
+func TestMetricsMoveAsTheSpecSays(t *testing.T) {
+	t.Parallel()
+	c := startCore(t, "--slow", "3")
+	db := tempDB(t)
+	r := startRelay(t, db, c.url, "--timeout", "1", "--metrics-listen", "127.0.0.1:0", "--metrics-refresh", "0.5")
+	assert.Assert(t, r.metricsAddr != "", "no metrics addr= line")
+
+	g := newGUID()
+	tg := telegram(t, g)
+	assert.Equal(t, code(send(t, r.addr, tg)), "0000")
+	m, _ := scrape(t, r.metricsAddr)
+	assert.Equal(t, m[`dedup_core_requests_total{result="done"}`], 1.0)
+	assert.Equal(t, m[`dedup_ledger_answers_total{state="DONE"}`], 0.0)
+	assert.Equal(t, m[`dedup_replies_total{code="0000"}`], 1.0)
+
+	// A retransmission is answered from the ledger, not by the core.
+	assert.Equal(t, code(send(t, r.addr, tg)), "0000")
+	m, _ = scrape(t, r.metricsAddr)
+	assert.Equal(t, m[`dedup_ledger_answers_total{state="DONE"}`], 1.0)
+	assert.Equal(t, m[`dedup_core_requests_total{result="done"}`], 1.0, "a retransmission reached the core")
+	assert.Equal(t, m[`dedup_replies_total{code="0000"}`], 2.0)
+	assert.Equal(t, m["dedup_transaction_duration_seconds_count"], 2.0)
+	assert.Equal(t, m["dedup_core_request_duration_seconds_count"], 1.0)
+	assert.Assert(t, m["dedup_ledger_commit_duration_seconds_count"] >= 2, "claim and outcome commits: %v", m["dedup_ledger_commit_duration_seconds_count"])
+	assert.Equal(t, m["dedup_inflight_transactions"], 0.0)
+
+	// An E901: the row stays UNKNOWN, and its age grows with each refresh.
+	u := newGUID()
+	assert.Equal(t, code(send(t, r.addr, telegram(t, u, memo("SLOW metrics")))), "E901")
+	var first float64
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		m, _ := scrape(t, r.metricsAddr)
+		if m[`dedup_ledger_rows{state="UNKNOWN"}`] == 1 && m[`dedup_ledger_oldest_age_seconds{state="UNKNOWN"}`] >= 1 {
+			first = m[`dedup_ledger_oldest_age_seconds{state="UNKNOWN"}`]
+			return poll.Success()
+		}
+		return poll.Continue("UNKNOWN rows %v", m[`dedup_ledger_rows{state="UNKNOWN"}`])
+	}, poll.WithTimeout(20*time.Second), poll.WithDelay(200*time.Millisecond))
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		m, _ := scrape(t, r.metricsAddr)
+		if age := m[`dedup_ledger_oldest_age_seconds{state="UNKNOWN"}`]; age > first {
+			return poll.Success()
+		}
+		return poll.Continue("the UNKNOWN row's age did not grow past %v", first)
+	}, poll.WithTimeout(20*time.Second), poll.WithDelay(200*time.Millisecond))
+	m, text := scrape(t, r.metricsAddr)
+	assert.Equal(t, m[`dedup_core_requests_total{result="unknown"}`], 1.0)
+	assert.Equal(t, m[`dedup_ledger_rows{state="DONE"}`], 1.0)
+	assert.Equal(t, m[`dedup_replies_total{code="E901"}`], 1.0)
+	assert.Assert(t, m["go_goroutines"] > 0, "no Go runtime collector")
+	assert.Assert(t, m["process_cpu_seconds_total"] >= 0)
+	_, hasProcess := m["process_cpu_seconds_total"]
+	assert.Assert(t, hasProcess, "no process collector")
+
+	// promtool accepts the exposition.
+	cmd := exec.Command("promtool", "check", "metrics")
+	cmd.Stdin = strings.NewReader(text)
+	out, err := cmd.CombinedOutput()
+	assert.NilError(t, err, "promtool check metrics: %s", out)
+
+	status, body := httpGet(t, "http://"+r.metricsAddr+"/healthz")
+	assert.Equal(t, status, 200)
+	assert.Equal(t, strings.TrimSpace(body), "ok")
+	status, body = httpGet(t, "http://"+r.metricsAddr+"/readyz")
+	assert.Equal(t, status, 200, body)
+}
+
+// /readyz turns 503 while the ledger cannot be read (the database stopped)
+// and 200 again once it is back, without a restart.
+func TestReadyzFollowsTheLedger(t *testing.T) {
+	t.Parallel()
+	pg, err := pgtest.Start(pgtest.Options{})
+	assert.NilError(t, err)
+	t.Cleanup(pg.Remove)
+	db, err := pg.NewDatabase()
+	assert.NilError(t, err)
+	c := startCore(t)
+	r := startRelay(t, db, c.url, "--metrics-listen", "127.0.0.1:0")
+	readyz := "http://" + r.metricsAddr + "/readyz"
+	status, _ := httpGet(t, readyz)
+	assert.Equal(t, status, 200)
+	assert.NilError(t, pg.StopServer("immediate"))
+	status, body := httpGet(t, readyz)
+	assert.Equal(t, status, 503, body)
+	assert.Assert(t, strings.Contains(body, "ledger"), body)
+	assert.NilError(t, pg.StartServer())
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if status, body := httpGet(t, readyz); status != 200 {
+			return poll.Continue("%d %s", status, body)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
+	status, _ = httpGet(t, "http://"+r.metricsAddr+"/healthz")
+	assert.Equal(t, status, 200)
+}
+
+func textfileValue(t *testing.T, path, series string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	assert.NilError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// The textfile's last-success timestamp advances only on a successful run;
+// the file is valid for promtool; --summary-format json is one JSON object.
+func TestJobTextfileAndJSONSummary(t *testing.T) {
+	t.Parallel()
+	c := startCore(t)
+	path, db := newLedger(t)
+	insert(t, db, newGUID(), "UNKNOWN", "E901", telegram(t, "x"), nil, 1, "-600 seconds")
+	prom := filepath.Join(t.TempDir(), "resolve.prom")
+
+	res := runJob(t, "resolve", "--db", path, "--core", c.url, "--min-age", "300", "--metrics-textfile", prom, "--summary-format", "json")
+	res.Assert(t, icmd.Success)
+	var sum map[string]any
+	assert.NilError(t, json.Unmarshal([]byte(lastLine(res.Stdout())), &sum), res.Stdout())
+	assert.DeepEqual(t, sum, map[string]any{"job": "resolve", "candidates": 1.0, "done": 0.0, "failed": 1.0, "left": 0.0})
+	assert.Equal(t, strings.Count(res.Stdout()+res.Stderr(), `"candidates"`), 1, "the summary was printed more than once")
+	ok1 := textfileValue(t, prom, `dedup_job_last_success_timestamp_seconds{job="resolve"}`)
+	run1 := textfileValue(t, prom, `dedup_job_last_run_timestamp_seconds{job="resolve"}`)
+	assert.Assert(t, ok1 != "" && run1 != "")
+	assert.Equal(t, textfileValue(t, prom, `dedup_job_rows{job="resolve",outcome="failed"}`), "1")
+	out, err := exec.Command("promtool", "check", "metrics").CombinedOutput()
+	_ = out
+	f, _ := os.Open(prom)
+	cmd := exec.Command("promtool", "check", "metrics")
+	cmd.Stdin = f
+	out, err = cmd.CombinedOutput()
+	f.Close()
+	assert.NilError(t, err, "promtool: %s", out)
+
+	time.Sleep(1100 * time.Millisecond) // timestamps have millisecond resolution; make them differ
+	// A run that cannot open its ledger: exit 1, last run advances, last success kept.
+	res = runJob(t, "resolve", "--db", filepath.Join(t.TempDir(), "missing-dir", "x.db"), "--core", c.url, "--metrics-textfile", prom)
+	assert.Equal(t, res.ExitCode, 1)
+	assert.Equal(t, textfileValue(t, prom, `dedup_job_last_success_timestamp_seconds{job="resolve"}`), ok1, "a failed run advanced the last success")
+	assert.Assert(t, textfileValue(t, prom, `dedup_job_last_run_timestamp_seconds{job="resolve"}`) != run1, "a failed run did not advance the last run")
+
+	// A successful run advances it again.
+	res = runJob(t, "resolve", "--db", path, "--core", c.url, "--metrics-textfile", prom)
+	res.Assert(t, icmd.Success)
+	assert.Assert(t, textfileValue(t, prom, `dedup_job_last_success_timestamp_seconds{job="resolve"}`) != ok1)
+}
+
+// --dry-run changes nothing and says what a real run would do.
+func TestDryRunsChangeNothing(t *testing.T) {
+	t.Parallel()
+	c := startCore(t)
+	path, db := newLedger(t)
+	f := newGUID()
+	insert(t, db, f, "FAILED", "E902", telegram(t, f), nil, 1, "-10 seconds")
+	insert(t, db, newGUID(), "DONE", "0000", telegram(t, "y"), []byte("r"), 1, "-8 days")
+	before := rowsSnapshot(t, db)
+	res := runJob(t, "reprocess", "--db", path, "--core", c.url, "--dry-run")
+	res.Assert(t, icmd.Success)
+	assert.Equal(t, lastLine(res.Stdout()), "reprocess: candidates=1 sent=0 done=0 unknown=0 failed=0 skipped=0 exhausted=0 would_send=1")
+	res = runJob(t, "purge", "--db", path, "--days", "7", "--dry-run")
+	res.Assert(t, icmd.Success)
+	assert.Equal(t, lastLine(res.Stdout()), "purge: deleted=0 would_delete=1")
+	assert.DeepEqual(t, rowsSnapshot(t, db), before)
+	assert.Equal(t, c.stats(t).ByGUID[f], 0, "a dry run sent a transfer")
+}
+
+// Usage errors name their flag, exit 2, and create nothing.
+func TestUsageErrorsNameTheFlagAndCreateNothing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		bin  string
+		args []string
+		want string
+	}{
+		{"purge", []string{"--days", "-1"}, "--days: -1 is negative"},
+		{"purge", []string{"--days=-1"}, "--days: -1 is negative"},
+		{"relay", []string{"--timeout", "-1"}, "--timeout: -1 is negative"},
+		{"relay", []string{"--timeout=-1"}, "--timeout: -1 is negative"},
+		{"channel", []string{"send", "--amount", "-5"}, "--amount: -5 is negative"},
+		{"relay", []string{"--db"}, "--db needs a value"},
+		{"relay", []string{"--core", "notaurl"}, "--core:"},
+		{"relay", []string{"--core", "ftp://x"}, "--core:"},
+		{"relay", []string{"--listen", "999.0.0.1:1"}, "--listen:"},
+		{"relay", []string{"--db", "file:x.db?mode=memory"}, "--db:"},
+		{"relay", []string{"--db", "postgres://u:pw@h:notaport/d"}, "--db:"},
+		{"resolve", []string{"--core", "notaurl"}, "--core:"},
+		{"reprocess", []string{"--max-attempts", "0"}, "--max-attempts"},
+		{"relay", []string{"--orphan-after", "3"}, "--orphan-after"},
+	} {
+		t.Run(tc.bin+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+			dir := t.TempDir()
+			args := tc.args
+			if tc.bin != "channel" && !strings.HasPrefix(strings.Join(args, " "), "--db") {
+				args = append([]string{"--db", filepath.Join(dir, "ledger.db")}, args...)
+			}
+			cmd := icmd.Command(bin(tc.bin), args...)
+			cmd.Dir = dir
+			res := icmd.RunCmd(cmd, icmd.WithTimeout(30*time.Second))
+			assert.Equal(t, res.ExitCode, 2, res.Combined())
+			lines := strings.Split(strings.TrimSpace(res.Stderr()), "\n")
+			assert.Equal(t, len(lines), 1, "not one line: %q", res.Stderr())
+			assert.Assert(t, strings.Contains(lines[0], tc.want), lines[0])
+			entries, err := os.ReadDir(dir)
+			assert.NilError(t, err)
+			assert.Equal(t, len(entries), 0, "a usage error created files: %v", entries)
+		})
+	}
+}
+
+// With --log-format json every stderr line is JSON, the listening line
+// included, whose msg is exactly "listening addr=HOST:PORT".
+func TestJSONLogsListeningLineIsJSON(t *testing.T) {
+	t.Parallel()
+	c := startCore(t)
+	r := startRelay(t, tempDB(t), c.url, "--log-format", "json")
+	assert.Equal(t, code(send(t, r.addr, telegram(t, newGUID()))), "0000")
+	r.waitLog(t, `"msg":"tx"`)
+	found := false
+	for _, line := range strings.Split(strings.TrimSpace(r.log()), "\n") {
+		var obj map[string]any
+		assert.NilError(t, json.Unmarshal([]byte(line), &obj), "not JSON: %s", line)
+		if obj["msg"] == "listening addr="+r.addr {
+			found = true
+		}
+		if obj["msg"] == "tx" {
+			assert.Assert(t, strings.HasPrefix(fmt.Sprint(obj["peer"]), "127.0.0.1:"), "the tx line does not name the peer: %s", line)
+		}
+	}
+	assert.Assert(t, found, "no JSON listening line:\n%s", r.log())
+}
+
+// A relay whose core does not answer at start says so once, and serves.
+func TestStartAgainstADeadCoreWarnsAndServes(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, tempDB(t), "http://"+freeAddr(t), "--connect-timeout", "0.5")
+	r.waitLog(t, "the core does not answer")
+	tg := telegram(t, newGUID())
+	assert.Equal(t, code(send(t, r.addr, tg)), "E902")
+}
+
+// While the core refuses connections, retransmissions of a FAILED/E902 row
+// are answered E902 without being reclaimed (no attempt burnt); once the
+// core is back the transfer is sent, once.
+func TestBreakerKeepsAttemptsDuringAnOutage(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	db := tempDB(t)
+	r := startRelay(t, db, "http://"+addr, "--connect-timeout", "0.3")
+	ldb := openDB(t, db)
+	// Three new transfers find the core down: the breaker opens.
+	var guids []string
+	for i := 0; i < 3; i++ {
+		g := newGUID()
+		guids = append(guids, g)
+		assert.Equal(t, code(send(t, r.addr, telegram(t, g))), "E902")
+	}
+	for i := 0; i < 5; i++ {
+		assert.Equal(t, code(send(t, r.addr, telegram(t, guids[0]))), "E902")
+	}
+	row := getRow(t, ldb, guids[0])
+	assert.Equal(t, row.State.String, "FAILED")
+	assert.Equal(t, row.Attempts, 1, "retransmissions during the outage burnt attempts")
+	r.waitLog(t, "breaker open")
+
+	c := startCoreAt(t, addr)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if cd := code(send(t, r.addr, telegram(t, guids[0]))); cd != "0000" {
+			return poll.Continue("got %s", cd)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(20*time.Second), poll.WithDelay(300*time.Millisecond))
+	assert.Equal(t, getRow(t, ldb, guids[0]).Attempts, 2)
+	assert.Equal(t, c.stats(t).AppliedByGUID[guids[0]], 1)
+}
+
+// --version names the VCS revision of a build from a git checkout and the
+// Go version.
+func TestVersionShowsRevision(t *testing.T) {
+	t.Parallel()
+	for _, b := range []string{"relay", "resolve", "reprocess", "purge", "inspect", "fixturecore", "channel"} {
+		res := icmd.RunCmd(icmd.Command(bin(b), "--version"))
+		res.Assert(t, icmd.Success)
+		assert.Check(t, is.Regexp(`^`+b+` \S+ revision [0-9a-f]{40}(\+dirty)? \(\S+\) go1\.\d+`, strings.TrimSpace(res.Stdout())), b)
+	}
+}
+
+var _ = regexp.MustCompile
+
+// inspect: a GUID's row decoded for a person (accounts masked, the memo
+// never shown), rows by state and age, a summary per state, JSON; an
+// unknown GUID exits 3.
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	c := startCore(t)
+	db := tempDB(t)
+	r := startRelay(t, db, c.url)
+	g := newGUID()
+	assert.Equal(t, code(send(t, r.addr, telegram(t, g, memo("secret memo"), accounts("11020030004001", "11020030009876")))), "0000")
+	ldb := openDB(t, db)
+	u := newGUID()
+	insert(t, ldb, u, "UNKNOWN", "E901", telegram(t, u), nil, 1, "-900 seconds")
+
+	res := runJob(t, "inspect", "--db", db, g)
+	res.Assert(t, icmd.Success)
+	out := res.Stdout()
+	for _, want := range []string{"guid        " + g, "state       DONE 0000", "attempts    1", "tx_code=TRF00001", "channel=MOB",
+		"from=**********4001", "to=**********9876", "amount=150000", "reply       0000 ref=C"} {
+		assert.Check(t, strings.Contains(out, want), "%q not in\n%s", want, out)
+	}
+	assert.Check(t, !strings.Contains(out, "secret"), "the memo was shown")
+	assert.Check(t, !strings.Contains(out, "11020030009876"), "an account was shown unmasked")
+
+	res = runJob(t, "inspect", "--db", db, "--format", "json", g)
+	res.Assert(t, icmd.Success)
+	var row map[string]any
+	assert.NilError(t, json.Unmarshal([]byte(res.Stdout()), &row))
+	assert.Equal(t, row["state"], "DONE")
+	assert.Equal(t, row["request"].(map[string]any)["to"], "**********9876")
+
+	res = runJob(t, "inspect", "--db", db, "--state", "unknown", "--older-than", "600")
+	res.Assert(t, icmd.Success)
+	assert.Assert(t, strings.Contains(res.Stdout(), "guid        "+u))
+	res = runJob(t, "inspect", "--db", db, "--state", "UNKNOWN", "--older-than", "1200")
+	res.Assert(t, icmd.Success)
+	assert.Assert(t, !strings.Contains(res.Stdout(), u), "a row younger than --older-than was listed")
+
+	res = runJob(t, "inspect", "--db", db, "--summary", "--format", "json")
+	res.Assert(t, icmd.Success)
+	sums := map[string]float64{}
+	for _, line := range strings.Split(strings.TrimSpace(res.Stdout()), "\n") {
+		var s struct {
+			State string
+			Rows  float64
+		}
+		assert.NilError(t, json.Unmarshal([]byte(line), &s))
+		sums[s.State] = s.Rows
+	}
+	assert.DeepEqual(t, sums, map[string]float64{"RECEIVED": 0, "SENT": 0, "DONE": 1, "UNKNOWN": 1, "FAILED": 0})
+
+	missing := newGUID()
+	res = runJob(t, "inspect", "--db", db, g, missing)
+	assert.Equal(t, res.ExitCode, 3)
+	assert.Assert(t, strings.Contains(res.Stdout(), g), "the known GUID was not shown")
+	assert.Assert(t, strings.Contains(res.Stderr(), missing+": no row"))
+	res = runJob(t, "inspect", "--db", db, "not-a-guid")
+	assert.Equal(t, res.ExitCode, 2)
+}

@@ -1,0 +1,138 @@
+// Command inspect tells a GUID's story without SQL: its ledger row decoded
+// for a person (accounts masked, memo never shown), lists of rows by state
+// and age, and a summary per state. It only reads. See README "inspect".
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"dedup/cli"
+	"dedup/inspection"
+	"dedup/ledger"
+	"dedup/ledger/backend"
+	"dedup/lhstd"
+)
+
+// ExitNotFound is the exit status when a GUID asked for has no row.
+const ExitNotFound = 3
+
+type flags struct {
+	cli.LedgerFlags
+	GUIDs     []string    `arg:"" optional:"" name:"guid" help:"GUIDs to show, one block each."`
+	State     string      `name:"state" placeholder:"STATE" help:"List rows in this state (RECEIVED, SENT, DONE, UNKNOWN, FAILED)."`
+	OlderThan cli.Seconds `name:"older-than" default:"0" help:"With --state: only rows not updated for this many seconds."`
+	Limit     cli.Whole   `name:"limit" default:"100" help:"With --state: at most this many rows, oldest first (0: all)."`
+	Summary   bool        `name:"summary" help:"Rows and the oldest age per state."`
+	Format    string      `name:"format" enum:"text,json" default:"text" help:"text, or json (one object per line)."`
+	cli.Logging
+}
+
+// Validate asks for exactly one of GUIDs, --state and --summary.
+func (f *flags) Validate() error {
+	n := 0
+	if len(f.GUIDs) > 0 {
+		n++
+	}
+	if f.State != "" {
+		n++
+		if _, err := inspection.ParseState(f.State); err != nil {
+			return fmt.Errorf("--state: %v", err)
+		}
+	}
+	if f.Summary {
+		n++
+	}
+	if n != 1 {
+		return errors.New("give GUIDs, or --state, or --summary (one of them)")
+	}
+	for _, g := range f.GUIDs {
+		if !lhstd.IsGUID(g) {
+			return fmt.Errorf("%q is not a GUID (32 of [0-9A-Za-z])", g)
+		}
+	}
+	return nil
+}
+
+func main() {
+	var f flags
+	cli.Parse("inspect", "Show ledger rows for a person: a GUID's story, rows by state and age, a summary per state.", &f, os.Args[1:])
+	os.Exit(run(&f))
+}
+
+func run(f *flags) int {
+	if !ledger.IsPostgresURL(f.DB) {
+		// inspect only reads: a missing file is a mistake, not a new ledger.
+		if _, err := os.Stat(f.DB); err != nil {
+			fmt.Fprintf(os.Stderr, "inspect: error: no ledger at %s: %v\n", f.DB, err)
+			return cli.ExitRuntime
+		}
+	}
+	l, err := backend.Open(f.DB, ledger.Options{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "inspect: error: %v\n", err)
+		return cli.ExitRuntime
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "inspect: error: ledger %s: %v\n", backend.Describe(f.DB), err)
+		return cli.ExitRuntime
+	}
+	write := func(rows []inspection.Row) {
+		if f.Format == "json" {
+			inspection.WriteJSON(os.Stdout, rows)
+		} else {
+			inspection.WriteText(os.Stdout, rows)
+		}
+	}
+	switch {
+	case f.Summary:
+		stats, err := l.Stats(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		sums := inspection.Summaries(stats)
+		if f.Format == "json" {
+			inspection.WriteSummaryJSON(os.Stdout, sums)
+		} else {
+			inspection.WriteSummaryText(os.Stdout, sums)
+		}
+	case f.State != "":
+		st, _ := inspection.ParseState(f.State)
+		rows, err := l.SelectState(ctx, st, f.OlderThan.D(), int(f.Limit))
+		if err != nil {
+			return fail(err)
+		}
+		out := make([]inspection.Row, 0, len(rows))
+		for _, r := range rows {
+			out = append(out, inspection.Decode(r))
+		}
+		write(out)
+		if f.Format == "text" {
+			fmt.Fprintf(os.Stderr, "inspect: %d %s rows not updated for %gs (limit %d)\n", len(rows), st, f.OlderThan.D().Seconds(), f.Limit)
+		}
+	default:
+		status := cli.ExitOK
+		var out []inspection.Row
+		for _, g := range f.GUIDs {
+			r, err := l.Get(ctx, g)
+			if err != nil {
+				return fail(err)
+			}
+			if r == nil {
+				fmt.Fprintf(os.Stderr, "inspect: %s: no row in the ledger (never seen, or purged)\n", g)
+				status = ExitNotFound
+				continue
+			}
+			out = append(out, inspection.Decode(*r))
+		}
+		write(out)
+		return status
+	}
+	return cli.ExitOK
+}

@@ -1,0 +1,261 @@
+// Package metrics is the relay's Prometheus instrumentation and its
+// operator endpoint (spec: operations.md): /metrics, /healthz and /readyz.
+// The names are a contract: dashboards and the alert rules in
+// deploy/prometheus are written against them.
+//
+// Counting stays off the hot path's critical section: every label child is
+// resolved once (states and results at start, response codes on first use),
+// so a transaction costs a few atomic adds. The ledger gauges are refreshed
+// by one goroutine, at most every RefreshEvery, through the ledger's read
+// side; they never delay a claim.
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"dedup"
+	"dedup/ledger"
+)
+
+// RefreshEvery is how often the ledger gauges are refreshed by default.
+const RefreshEvery = 15 * time.Second
+
+// ReadyTimeout bounds the ledger read behind /readyz.
+const ReadyTimeout = time.Second
+
+// Relay holds the relay's metrics. Its methods are safe for concurrent use;
+// a nil *Relay counts nothing, so code that runs without metrics needs no
+// checks.
+type Relay struct {
+	reg *prometheus.Registry
+
+	replies       *prometheus.CounterVec
+	replyByCode   sync.Map // code -> prometheus.Counter
+	answers       map[dedup.State]prometheus.Counter
+	coreRequests  map[dedup.State]prometheus.Counter
+	coreDuration  prometheus.Histogram
+	txDuration    prometheus.Histogram
+	inflight      prometheus.Gauge
+	conns         prometheus.Gauge
+	commitSeconds prometheus.Histogram
+	commitWrites  prometheus.Histogram
+	rows          map[dedup.State]prometheus.Gauge
+	oldest        map[dedup.State]prometheus.Gauge
+}
+
+// New returns the relay's metrics on a registry of their own (not the
+// global default), with the Go runtime and process collectors.
+func New() *Relay {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := func(c prometheus.Collector) { reg.MustRegister(c) }
+	m := &Relay{reg: reg}
+	m.replies = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_replies_total",
+		Help: "Replies written to channels, by response code."}, []string{"code"})
+	answers := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_ledger_answers_total",
+		Help: "Requests answered from an existing ledger row without a core call (retransmissions absorbed), by the row's state."}, []string{"state"})
+	core := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_core_requests_total",
+		Help: "POSTs to the core, by how each ended: done, unknown (E901) or failed (E902)."}, []string{"result"})
+	m.coreDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedup_core_request_duration_seconds",
+		Help: "One core call, from connect to answer.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)})
+	m.txDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedup_transaction_duration_seconds",
+		Help: "One telegram, from arrival to reply.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)})
+	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "dedup_inflight_transactions",
+		Help: "Transactions between their claim and their recorded outcome."})
+	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "dedup_channel_connections", Help: "Open channel connections."})
+	m.commitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedup_ledger_commit_duration_seconds",
+		Help: "One ledger commit (a group commit counts once).", Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18)})
+	m.commitWrites = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedup_ledger_commit_writes",
+		Help: "Writes carried by one ledger commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)})
+	rows := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_ledger_rows",
+		Help: "Ledger rows per state, refreshed from the ledger at most every 15 s."}, []string{"state"})
+	oldest := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_ledger_oldest_age_seconds",
+		Help: "Age of the oldest ledger row in the state, 0 if none; refreshed with dedup_ledger_rows."}, []string{"state"})
+	for _, c := range []prometheus.Collector{m.replies, answers, core, m.coreDuration, m.txDuration, m.inflight, m.conns,
+		m.commitSeconds, m.commitWrites, rows, oldest} {
+		f(c)
+	}
+	m.answers = map[dedup.State]prometheus.Counter{}
+	m.rows = map[dedup.State]prometheus.Gauge{}
+	for _, st := range ledger.States {
+		m.answers[st] = answers.WithLabelValues(string(st))
+		m.rows[st] = rows.WithLabelValues(string(st))
+	}
+	m.coreRequests = map[dedup.State]prometheus.Counter{
+		dedup.StateDone: core.WithLabelValues("done"), dedup.StateUnknown: core.WithLabelValues("unknown"),
+		dedup.StateFailed: core.WithLabelValues("failed"),
+	}
+	m.oldest = map[dedup.State]prometheus.Gauge{}
+	for _, st := range []dedup.State{dedup.StateSent, dedup.StateUnknown, dedup.StateFailed} {
+		m.oldest[st] = oldest.WithLabelValues(string(st))
+	}
+	return m
+}
+
+// Reply counts a reply written to a channel.
+func (m *Relay) Reply(code string) {
+	if m == nil {
+		return
+	}
+	c, ok := m.replyByCode.Load(code)
+	if !ok {
+		c, _ = m.replyByCode.LoadOrStore(code, m.replies.WithLabelValues(code))
+	}
+	c.(prometheus.Counter).Inc()
+}
+
+// LedgerAnswer counts a request answered from an existing row in state.
+func (m *Relay) LedgerAnswer(state dedup.State) {
+	if m == nil {
+		return
+	}
+	if c, ok := m.answers[state]; ok {
+		c.Inc()
+	}
+}
+
+// CoreRequest counts one POST to the core that ended in state, and its
+// duration.
+func (m *Relay) CoreRequest(state dedup.State, d time.Duration) {
+	if m == nil {
+		return
+	}
+	if c, ok := m.coreRequests[state]; ok {
+		c.Inc()
+	}
+	m.coreDuration.Observe(d.Seconds())
+}
+
+// Transaction observes one telegram's time from arrival to reply.
+func (m *Relay) Transaction(d time.Duration) {
+	if m != nil {
+		m.txDuration.Observe(d.Seconds())
+	}
+}
+
+// Inflight adds n to the transactions between claim and recorded outcome.
+func (m *Relay) Inflight(n int) {
+	if m != nil {
+		m.inflight.Add(float64(n))
+	}
+}
+
+// Connections adds n to the open channel connections.
+func (m *Relay) Connections(n int) {
+	if m != nil {
+		m.conns.Add(float64(n))
+	}
+}
+
+// Commit observes one ledger commit carrying writes writes.
+func (m *Relay) Commit(d time.Duration, writes int) {
+	if m != nil {
+		m.commitSeconds.Observe(d.Seconds())
+		m.commitWrites.Observe(float64(writes))
+	}
+}
+
+// SetLedgerStats sets the ledger gauges from one reading.
+func (m *Relay) SetLedgerStats(stats []ledger.StateStat) {
+	if m == nil {
+		return
+	}
+	for _, s := range stats {
+		if g, ok := m.rows[s.State]; ok {
+			g.Set(float64(s.Rows))
+		}
+		if g, ok := m.oldest[s.State]; ok {
+			g.Set(s.Oldest.Seconds())
+		}
+	}
+}
+
+// Server is the relay's operator endpoint.
+type Server struct {
+	m       *Relay
+	l       ledger.Ledger
+	every   time.Duration
+	serving func() bool
+	ready   atomic.Value // string: "" when ready, else why not
+}
+
+// NewServer returns the endpoint for m, reading l for the ledger gauges
+// every `every` (0: RefreshEvery) and asking serving whether the channel
+// listener accepts.
+func NewServer(m *Relay, l ledger.Ledger, every time.Duration, serving func() bool) *Server {
+	if every <= 0 {
+		every = RefreshEvery
+	}
+	return &Server{m: m, l: l, every: every, serving: serving}
+}
+
+// Refresh reads the ledger's per-state counts once and sets the gauges.
+func (s *Server) Refresh(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stats, err := s.l.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	s.m.SetLedgerStats(stats)
+	return nil
+}
+
+// RunRefresher refreshes the ledger gauges until ctx ends; errors go to
+// onError (the readiness check reports the ledger's health itself).
+func (s *Server) RunRefresher(ctx context.Context, onError func(error)) {
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	for {
+		if err := s.Refresh(ctx); err != nil && ctx.Err() == nil && onError != nil {
+			onError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// readyProbeGUID is read by /readyz: a GUID no channel sends.
+const readyProbeGUID = "00000000RDY000000000000000000000"
+
+// Handler serves /metrics, /healthz and /readyz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{Registry: s.m.reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if why := s.notReady(r.Context()); why != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, why)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+func (s *Server) notReady(ctx context.Context) string {
+	if s.serving != nil && !s.serving() {
+		return "not ready: the channel listener is not accepting"
+	}
+	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	if _, err := s.l.Get(ctx, readyProbeGUID); err != nil {
+		return "not ready: the ledger did not answer a read within 1s: " + err.Error()
+	}
+	return ""
+}
