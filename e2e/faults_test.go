@@ -83,7 +83,7 @@ func (h *history) add(guid string, e event) {
 type counters struct {
 	tx, retrans, hangups, bursts                                        atomic.Int64
 	relayKill, relayTerm, coreDown, coreKill, resolve, reprocess, purge atomic.Int64
-	dbRestart                                                           atomic.Int64
+	dbRestart, relayFreeze                                              atomic.Int64
 }
 
 // campaign is one seeded run.
@@ -174,8 +174,8 @@ func TestFaultCampaign(t *testing.T) {
 	n := total
 	fmt.Printf("faults: runs=%d seconds=%.0f transactions=%d retransmissions=%d hangups=%d bursts=%d\n",
 		*fRuns, time.Since(begin).Seconds(), n.tx.Load(), n.retrans.Load(), n.hangups.Load(), n.bursts.Load())
-	fmt.Printf("faults injected: relay_kill9=%d relay_sigterm=%d core_down=%d core_kill9=%d db_restart=%d resolve=%d reprocess=%d purge=%d\n",
-		n.relayKill.Load(), n.relayTerm.Load(), n.coreDown.Load(), n.coreKill.Load(), n.dbRestart.Load(), n.resolve.Load(), n.reprocess.Load(), n.purge.Load())
+	fmt.Printf("faults injected: relay_kill9=%d relay_sigterm=%d relay_sigstop=%d core_down=%d core_kill9=%d db_restart=%d resolve=%d reprocess=%d purge=%d\n",
+		n.relayKill.Load(), n.relayTerm.Load(), n.relayFreeze.Load(), n.coreDown.Load(), n.coreKill.Load(), n.dbRestart.Load(), n.resolve.Load(), n.reprocess.Load(), n.purge.Load())
 	kinds := map[string]int{}
 	for _, v := range violations {
 		kinds[strings.SplitN(v, ":", 2)[0]]++
@@ -372,11 +372,13 @@ func (c *campaign) faults(ctx context.Context) {
 			return
 		case <-time.After(time.Duration(300+c.intn(900)) * time.Millisecond):
 		}
-		kinds := 7
+		kinds := 8
 		if c.pg != nil {
-			kinds = 8
+			kinds = 9
 		}
 		switch k := c.intn(kinds); k {
+		case 7: // SIGSTOP a relay for longer than --orphan-after + --min-age
+			c.freeze()
 		case 0: // kill -9 a relay, restart it on the same ledger
 			i := c.intn(len(c.relays))
 			c.relays[i].kill()
@@ -405,7 +407,7 @@ func (c *campaign) faults(ctx context.Context) {
 			c.n.coreKill.Add(1)
 			c.logf("kill -9 core")
 			c.startCore()
-		case 7: // the database crashes (pg_ctl stop -m immediate) and comes back
+		case 8: // the database crashes (pg_ctl stop -m immediate) and comes back
 			c.n.dbRestart.Add(1)
 			d := time.Duration(200+c.intn(1500)) * time.Millisecond
 			c.logf("database down (immediate stop) for %v", d)
@@ -426,6 +428,31 @@ func (c *campaign) faults(ctx context.Context) {
 			}()
 		}
 	}
+}
+
+// freeze stops a relay (SIGSTOP, as a paused VM would be) while its claims
+// are in flight, lets another relay's start-up sweep move them to UNKNOWN
+// once they are older than --orphan-after, runs resolve and reprocess
+// after --min-age (which send again what the core never got), and only then
+// resumes the frozen relay: its lease must keep it from sending any stale
+// claim.
+func (c *campaign) freeze() {
+	i := c.intn(len(c.relays))
+	p := c.relays[i]
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return
+	}
+	c.n.relayFreeze.Add(1)
+	c.logf("SIGSTOP relay %d", i)
+	time.Sleep(orphanAfter + time.Second)
+	sw := start(c.t, c.relayBin, "--db", c.db, "--listen", "127.0.0.1:0", "--core", c.coreURL,
+		"--timeout", relayTimeout, "--connect-timeout", relayConnect, "--orphan-after", fmt.Sprint(orphanAfter.Seconds()))
+	sw.stop(c.t, syscall.SIGTERM)
+	time.Sleep(2500 * time.Millisecond) // resolve's --min-age
+	c.runJob("resolve")
+	c.runJob("reprocess")
+	p.cmd.Process.Signal(syscall.SIGCONT)
+	c.logf("SIGCONT relay %d", i)
 }
 
 func (c *campaign) runJob(job string) string {

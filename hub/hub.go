@@ -151,6 +151,7 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 		asked := time.Now() // the lease runs from just before the claim is asked for
 		claimed, err := s.store.Claim(ctx, guid, tx.req.TxCode, tx.req.Raw)
 		if err != nil {
+			s.ledgerTrouble(err)
 			tx.fail(slog.LevelError, "claim failed, not sent: "+err.Error())
 			return tx.replyNew(dedup.CodeNotSent)
 		}
@@ -212,6 +213,7 @@ func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, m
 		attempt, claimed, err := s.store.Reclaim(ctx, tx.req.GUID, tx.req.Raw, 0)
 		if err != nil {
 			s.breaker.abandon()
+			s.ledgerTrouble(err)
 			tx.fail(slog.LevelError, "reclaim failed, not sent: "+err.Error())
 			return tx.replyNew(dedup.CodeNotSent)
 		}
@@ -281,6 +283,7 @@ func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte, 
 	// truth where it is known (applied) and "unknown" otherwise: a channel
 	// told "rejected" must never see the transfer applied later.
 	if err != nil {
+		s.ledgerTrouble(err)
 		tx.fail(slog.LevelError, "outcome "+res.Code+" not recorded: "+err.Error())
 	} else {
 		tx.fail(slog.LevelError, "outcome "+res.Code+" not recorded: the row is no longer this claim's (fenced)")

@@ -63,6 +63,7 @@ type Server struct {
 	sweepEvery   time.Duration
 	lease        time.Duration
 	breaker      *breaker
+	trouble      troubleLog
 	metrics      *metrics.Relay
 
 	shuttingDown atomic.Bool
@@ -142,7 +143,7 @@ func (s *Server) StartSweeper() {
 				return
 			case <-t.C:
 				if err := s.SweepOrphans(context.Background()); err != nil {
-					s.log.Error("orphan sweep failed", "error", err)
+					s.ledgerTrouble(err)
 				}
 			}
 		}
@@ -296,4 +297,33 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// LedgerTroubleEvery is how often, at most, the relay says that its ledger
+// cannot be written: a full disk fails every claim, and one line per
+// request would bury everything else.
+const LedgerTroubleEvery = time.Minute
+
+// troubleLog counts ledger write failures between two log lines.
+type troubleLog struct {
+	mu     sync.Mutex
+	last   time.Time
+	failed int
+}
+
+// ledgerTrouble notes a ledger write that failed and, at most once per
+// LedgerTroubleEvery, says so with what it means for channels. Each
+// transaction's own line still names its error.
+func (s *Server) ledgerTrouble(err error) {
+	s.trouble.mu.Lock()
+	s.trouble.failed++
+	if !s.trouble.last.IsZero() && time.Since(s.trouble.last) < LedgerTroubleEvery {
+		s.trouble.mu.Unlock()
+		return
+	}
+	n := s.trouble.failed
+	s.trouble.last, s.trouble.failed = time.Now(), 0
+	s.trouble.mu.Unlock()
+	s.log.Error("the ledger cannot be written: new transfers get E902 and are not sent; retransmissions of finished ones are still answered from it; the relay keeps serving and recovers by itself once the ledger can be written",
+		"failed_writes", n, "error", err, "repeats_at_most_every", LedgerTroubleEvery.String())
 }
