@@ -47,7 +47,7 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	assert.Assert(t, strings.Contains(string(out), "No space left"), "dd did not fill the file system: %s", out)
 
 	var mu sync.Mutex
-	sent := map[string][]byte{}    // telegram per GUID
+	sent := map[string][]byte{}      // telegram per GUID
 	replies := map[string][]string{} // every code each GUID got
 	ask := func(g string) string {
 		reply := send(t, r.addr, sent[g])
