@@ -140,18 +140,22 @@ func (tx *txn) replyNew(code string) []byte { return lhstd.Reply(tx.req.Raw, cod
 
 func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 	guid := tx.req.GUID
-	row, err := s.store.Get(ctx, guid)
-	if err != nil {
-		tx.fail(slog.LevelError, "ledger read failed, not sent: "+err.Error())
-		return tx.replyNew(dedup.CodeNotSent)
-	}
-	// A new GUID: claim it. If the claim loses, someone else's row exists;
-	// if that row is gone when read (purged meanwhile), claim once more.
-	for try := 0; row == nil && try < 2; try++ {
+	// Claim first: most traffic is new GUIDs, and the claim's row count
+	// already says whether a row exists, so the row is read only when the
+	// claim loses (a retransmission). If the row is gone when read (purged
+	// meanwhile), claim once more.
+	for try := 0; try < 2; try++ {
 		asked := time.Now() // the lease runs from just before the claim is asked for
 		claimed, err := s.store.Claim(ctx, guid, tx.req.TxCode, tx.req.Raw)
 		if err != nil {
 			s.ledgerTrouble(err)
+			// Nothing is sent. A retransmission of a finished transfer is
+			// still answered from the ledger: a full disk stops writes,
+			// not reads.
+			if row, rerr := s.store.Get(ctx, guid); rerr == nil && row != nil {
+				tx.fail(slog.LevelWarn, "ledger cannot be written ("+err.Error()+"); answered from the existing row")
+				return s.answerExisting(ctx, tx, row, false)
+			}
 			tx.fail(slog.LevelError, "claim failed, not sent: "+err.Error())
 			return tx.replyNew(dedup.CodeNotSent)
 		}
@@ -159,16 +163,17 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 			tx.to = string(dedup.StateSent)
 			return s.send(ctx, tx, 1, tx.req.Raw, asked)
 		}
-		if row, err = s.store.Get(ctx, guid); err != nil {
+		row, err := s.store.Get(ctx, guid)
+		if err != nil {
 			tx.fail(slog.LevelError, "ledger read failed, not sent: "+err.Error())
 			return tx.replyNew(dedup.CodeNotSent)
 		}
+		if row != nil {
+			return s.answerExisting(ctx, tx, row, true)
+		}
 	}
-	if row == nil {
-		tx.fail(slog.LevelError, "GUID could be neither claimed nor read, not sent")
-		return tx.replyNew(dedup.CodeNotSent)
-	}
-	return s.answerExisting(ctx, tx, row, true)
+	tx.fail(slog.LevelError, "GUID could be neither claimed nor read, not sent")
+	return tx.replyNew(dedup.CodeNotSent)
 }
 
 // answerExisting answers a GUID that has a row. A FAILED/E902 row is
