@@ -123,8 +123,8 @@ type Options struct {
 	// commits on a power cut). PostgreSQL: "normal" also accepts a session
 	// whose synchronous_commit is off or local, which is otherwise refused.
 	Synchronous string
-	// MaxBatch bounds the writes per SQLite commit; 0 means the default,
-	// 1 disables group commit. PostgreSQL ignores it.
+	// MaxBatch bounds the writes per commit (group commit, both
+	// backends); 0 means the default, 1 disables group commit.
 	MaxBatch int
 	// Conns bounds the connection pool (SQLite: the read pool;
 	// PostgreSQL: every connection); 0 means the backend's default.

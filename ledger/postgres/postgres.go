@@ -2,10 +2,15 @@
 // "PostgreSQL"): one database that relays on several hosts share, so that
 // losing a host loses nothing and no GUID is sent by two relays.
 //
-// Every write is one autocommit statement on a pooled connection (pgx's own
-// pool): PostgreSQL groups the WAL flushes of concurrent commits by itself,
-// so unlike the SQLite backend there is no writer goroutine and no batching
-// here (README "Benchmarks" has the measurement behind that choice). Every
+// Writes are group-committed like the SQLite backend's: one writer goroutine
+// takes the writes that wait while a commit is in flight and sends them as
+// one pipelined batch (pgx.Batch) in one transaction, so that many
+// transactions share one round trip and one WAL flush; a lone write is one
+// autocommit statement. Measured against plain concurrent statements (which
+// PostgreSQL's own WAL flush grouping also helps), the batch wins at high
+// concurrency and the lone statement at one caller (BenchmarkClaimFinish;
+// README "Benchmarks"). Reads use the pool directly (pgx's own pool, not
+// database/sql). Every
 // age is the server's now() minus the row's updated_at; no statement binds
 // a time computed on a relay's host, so hosts whose clocks disagree still
 // sweep, resolve and purge the same rows.
@@ -16,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -46,6 +52,16 @@ CREATE INDEX IF NOT EXISTS tx_state_updated ON tx (state, updated_at);`
 // schemaLockKey serialises concurrent opens applying Schema: two sessions
 // running CREATE TABLE IF NOT EXISTS at once can both try to create it.
 const schemaLockKey = 0x646564757000 // "dedup\0"
+
+// Writers is how many group commits may be in flight at once. One writer
+// serialises every commit behind the previous one's round trips; a few let
+// PostgreSQL flush several commits' WAL together, as it does for plain
+// concurrent statements, while each still carries many writes. Measured
+// with BenchmarkClaimFinish (README "Benchmarks").
+const Writers = 4
+
+// DefaultMaxBatch bounds how many writes one group commit carries.
+const DefaultMaxBatch = 256
 
 // DefaultConns is the pool size when Options.Conns is 0: enough for a relay
 // at 64 channel connections, well below PostgreSQL's default 100.
@@ -84,6 +100,11 @@ type Ledger struct {
 	faults   *ledger.Faults
 	onCommit func(time.Duration, int)
 	closed   atomic.Bool
+	// Group commit (nil ops: every write is its own statement).
+	ops      chan *wop
+	quit     chan struct{}
+	stopped  chan struct{}
+	maxBatch int
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -157,10 +178,20 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{pool: pool, faults: opts.Faults, onCommit: opts.OnCommit}
+	l := &Ledger{pool: pool, faults: opts.Faults, onCommit: opts.OnCommit, maxBatch: opts.MaxBatch}
 	if err := l.prepare(ctx, sync == "normal"); err != nil {
 		pool.Close()
 		return nil, err
+	}
+	if l.maxBatch <= 0 {
+		l.maxBatch = DefaultMaxBatch
+	}
+	if l.maxBatch > 1 {
+		l.ops, l.quit = make(chan *wop), make(chan struct{})
+		l.stopped = make(chan struct{}, Writers)
+		for i := 0; i < Writers; i++ {
+			go l.writer()
+		}
 	}
 	return l, nil
 }
@@ -195,10 +226,17 @@ func (l *Ledger) prepare(ctx context.Context, normal bool) error {
 	return nil
 }
 
-// Close closes every connection. Writes after Close fail with ErrClosed.
+// Close stops the writer and closes every connection. Writes after Close
+// fail with ErrClosed; a write already taken by the writer completes.
 func (l *Ledger) Close() error {
 	if l.closed.Swap(true) {
 		return nil
+	}
+	if l.ops != nil {
+		close(l.quit)
+		for i := 0; i < Writers; i++ {
+			<-l.stopped
+		}
 	}
 	l.pool.Close()
 	return nil
@@ -220,23 +258,115 @@ func classify(err error) error {
 	return err
 }
 
-type querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+// wop is one write: a statement, its arguments, and where its result goes.
+type wop struct {
+	key   string // the GUID whose row it locks: a batch takes its locks in this order
+	sql   string
+	args  []any
+	scan  []any // a RETURNING statement scans its one row into these
+	n     int64 // rows affected (statements without RETURNING)
+	noRow bool  // a RETURNING statement returned no row
+	done  chan error
 }
 
-// write runs one write statement. Without faults it is one autocommit
-// statement; with faults (tests) it runs in an explicit transaction so that
-// the hooks can fail it before or after its COMMIT.
-func (l *Ledger) write(ctx context.Context, fn func(ctx context.Context, q querier) error) error {
+// exec runs o on its own, as one autocommit statement.
+func (o *wop) exec(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) error {
+	if o.scan != nil {
+		err := q.QueryRow(ctx, o.sql, o.args...).Scan(o.scan...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			o.noRow = true
+			return nil
+		}
+		return err
+	}
+	tag, err := q.Exec(ctx, o.sql, o.args...)
+	o.n = tag.RowsAffected()
+	return err
+}
+
+// read takes o's result from a batch.
+func (o *wop) read(br pgx.BatchResults) error {
+	if o.scan != nil {
+		err := br.QueryRow().Scan(o.scan...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			o.noRow = true
+			return nil
+		}
+		return err
+	}
+	tag, err := br.Exec()
+	o.n = tag.RowsAffected()
+	return err
+}
+
+// submit runs one write and returns once it has committed (or failed: then
+// the caller must act as if it never happened). With group commit it waits
+// for the writer; a write the writer has taken completes whatever ctx says.
+func (l *Ledger) submit(ctx context.Context, o *wop) error {
 	if l.closed.Load() {
 		return ledger.ErrClosed
 	}
+	if l.ops == nil {
+		return l.runOne(ctx, o)
+	}
+	o.done = make(chan error, 1)
+	select {
+	case l.ops <- o:
+	case <-l.quit:
+		return ledger.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-o.done
+}
+
+// writer gathers the writes that wait while a commit is in flight and
+// commits them together: one round trip (a pipelined batch) and one WAL
+// flush for all. A lone write runs as one autocommit statement, which is
+// what a single caller is fastest with.
+func (l *Ledger) writer() {
+	defer func() { l.stopped <- struct{}{} }()
+	batch := make([]*wop, 0, l.maxBatch)
+	for {
+		select {
+		case o := <-l.ops:
+			batch = append(batch[:0], o)
+		case <-l.quit:
+			return
+		}
+	drain:
+		for len(batch) < l.maxBatch {
+			select {
+			case o := <-l.ops:
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		var err error
+		if len(batch) == 1 {
+			err = l.runOne(context.Background(), batch[0])
+		} else {
+			err = l.runBatch(batch)
+		}
+		for _, o := range batch {
+			o.done <- err
+		}
+	}
+}
+
+// runOne runs one write on its own. Without faults it is one autocommit
+// statement; with faults (tests) an explicit transaction, so that the
+// hooks can fail it before or after its COMMIT.
+func (l *Ledger) runOne(ctx context.Context, o *wop) error {
 	ctx, cancel := bound(ctx)
 	defer cancel()
+	start := time.Now()
 	if l.faults == nil {
-		start := time.Now()
-		if err := fn(ctx, l.pool); err != nil {
+		if err := o.exec(ctx, l.pool); err != nil {
 			return classify(err)
 		}
 		if l.onCommit != nil {
@@ -249,10 +379,47 @@ func (l *Ledger) write(ctx context.Context, fn func(ctx context.Context, q queri
 		return classify(err)
 	}
 	defer tx.Rollback(ctx)
-	if err := fn(ctx, tx); err != nil {
+	if err := o.exec(ctx, tx); err != nil {
 		return classify(err)
 	}
-	if l.faults.BeforeCommit != nil {
+	return l.commit(ctx, tx, start, 1)
+}
+
+// runBatch runs writes in one transaction, pipelined. Their row locks are
+// taken in GUID order, so that two relays' batches never deadlock on each
+// other. If anything fails the whole batch is rolled back and every caller
+// gets the error.
+func (l *Ledger) runBatch(batch []*wop) error {
+	ctx, cancel := bound(context.Background())
+	defer cancel()
+	start := time.Now()
+	sorted := slices.Clone(batch)
+	slices.SortStableFunc(sorted, func(a, b *wop) int { return strings.Compare(a.key, b.key) })
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return classify(err)
+	}
+	defer tx.Rollback(ctx)
+	var b pgx.Batch
+	for _, o := range sorted {
+		b.Queue(o.sql, o.args...)
+	}
+	br := tx.SendBatch(ctx, &b)
+	for _, o := range sorted {
+		if err := o.read(br); err != nil {
+			br.Close()
+			return classify(err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return classify(err)
+	}
+	return l.commit(ctx, tx, start, len(batch))
+}
+
+// commit commits tx, with the test hooks around it.
+func (l *Ledger) commit(ctx context.Context, tx pgx.Tx, start time.Time, writes int) error {
+	if l.faults != nil && l.faults.BeforeCommit != nil {
 		if err := l.faults.BeforeCommit(); err != nil {
 			return fmt.Errorf("commit: %w", err)
 		}
@@ -260,28 +427,27 @@ func (l *Ledger) write(ctx context.Context, fn func(ctx context.Context, q queri
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", classify(err))
 	}
-	if l.faults.AfterCommit != nil {
+	if l.faults != nil && l.faults.AfterCommit != nil {
 		if err := l.faults.AfterCommit(); err != nil {
 			return fmt.Errorf("commit acknowledgement: %w", err)
 		}
 	}
+	if l.onCommit != nil {
+		l.onCommit(time.Since(start), writes)
+	}
 	return nil
 }
 
-func (l *Ledger) execCount(ctx context.Context, sql string, args ...any) (int64, error) {
-	var n int64
-	err := l.write(ctx, func(ctx context.Context, q querier) error {
-		tag, err := q.Exec(ctx, sql, args...)
-		n = tag.RowsAffected()
-		return err
-	})
-	return n, err
+func (l *Ledger) execCount(ctx context.Context, key, sql string, args ...any) (int64, error) {
+	o := &wop{key: key, sql: sql, args: args}
+	err := l.submit(ctx, o)
+	return o.n, err
 }
 
 // Claim claims a new GUID (none → SENT, attempts 1). A concurrent claim of
 // the same GUID waits for the first to commit, then affects nothing.
 func (l *Ledger) Claim(ctx context.Context, guid, txCode string, request []byte) (bool, error) {
-	n, err := l.execCount(ctx, sqlClaim, guid, txCode, request)
+	n, err := l.execCount(ctx, guid, sqlClaim, guid, txCode, request)
 	if err != nil {
 		return false, fmt.Errorf("claim %s: %w", guid, err)
 	}
@@ -291,23 +457,19 @@ func (l *Ledger) Claim(ctx context.Context, guid, txCode string, request []byte)
 // Reclaim takes a FAILED/E902 row back to SENT with attempts + 1.
 func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (int, bool, error) {
 	var attempt int
-	err := l.write(ctx, func(ctx context.Context, q querier) error {
-		err := q.QueryRow(ctx, sqlReclaim, request, guid, maxAttempts).Scan(&attempt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			attempt = 0
-			return nil
-		}
-		return err
-	})
-	if err != nil {
+	o := &wop{key: guid, sql: sqlReclaim, args: []any{request, guid, maxAttempts}, scan: []any{&attempt}}
+	if err := l.submit(ctx, o); err != nil {
 		return 0, false, fmt.Errorf("reclaim %s: %w", guid, err)
 	}
-	return attempt, attempt > 0, nil
+	if o.noRow {
+		return 0, false, nil
+	}
+	return attempt, true, nil
 }
 
 // Finish records the outcome of the holder's claim, fenced on attempt.
 func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.Outcome) (bool, error) {
-	n, err := l.execCount(ctx, sqlFinish, string(o.State), o.RspCode, o.Response, guid, attempt)
+	n, err := l.execCount(ctx, guid, sqlFinish, string(o.State), o.RspCode, o.Response, guid, attempt)
 	if err != nil {
 		return false, fmt.Errorf("finish %s attempt %d: %w", guid, attempt, err)
 	}
@@ -316,7 +478,7 @@ func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.
 
 // Settle records resolve's verdict, fenced on the row as selected.
 func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outcome) (bool, error) {
-	n, err := l.execCount(ctx, sqlSettle, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt)
+	n, err := l.execCount(ctx, selected.GUID, sqlSettle, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt)
 	if err != nil {
 		return false, fmt.Errorf("settle %s: %w", selected.GUID, err)
 	}
@@ -325,7 +487,7 @@ func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outco
 
 // SweepOrphans moves SENT/RECEIVED rows older than after to UNKNOWN/E901.
 func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, error) {
-	n, err := l.execCount(ctx, sqlSweep, after.Seconds())
+	n, err := l.execCount(ctx, "", sqlSweep, after.Seconds())
 	if err != nil {
 		return 0, fmt.Errorf("sweep orphans: %w", err)
 	}
@@ -334,7 +496,7 @@ func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, 
 
 // PurgeBatch deletes at most limit DONE rows not updated for days days.
 func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error) {
-	n, err := l.execCount(ctx, sqlPurge, days, limit)
+	n, err := l.execCount(ctx, "", sqlPurge, days, limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge: %w", err)
 	}
