@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // This file exists only for the frozen-holder test (e2e): built with -tags
@@ -17,6 +18,11 @@ func init() {
 	beforeSend = func(memo string) {
 		if strings.HasPrefix(memo, "FREEZE") {
 			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			// The stop reaches every thread asynchronously; make sure this
+			// one is inside a system call (and so stopped) before it could
+			// go on to the send. After SIGCONT the sleep ends and the send
+			// proceeds, its lease long over.
+			time.Sleep(500 * time.Millisecond)
 		}
 	}
 }
