@@ -26,7 +26,7 @@ scripts/setup.sh
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 secs=${1:-5}
 
-go build -o bin/ ./...
+go build -buildvcs=auto -o bin/ ./...
 work=$(mktemp -d "$PWD/.bench.XXXXXX")   # on the repository's disk, not /tmp
 chmod 755 "$work"                         # the PostgreSQL cluster in it runs as postgres
 pids=()
@@ -90,7 +90,7 @@ for where in disk tmpfs postgres; do
   esac
   for c in 1 16 64; do
     if [ "$where" = postgres ]; then
-      psql "$pgurl" -qc "DROP TABLE IF EXISTS tx" >/dev/null
+      PGOPTIONS="-c client_min_messages=warning" psql "$pgurl" -qc "DROP TABLE IF EXISTS tx" >/dev/null
       db="$pgurl"
     else
       rm -f "$dir"/relay.db*

@@ -7,7 +7,8 @@
 #   3. concurrent retransmissions of a slow transfer getting E903,
 #   4. a core timeout becoming UNKNOWN (E901), and resolve settling it to DONE
 #      by inquiry, after which the channel gets the 0000 from the ledger,
-#   5. the ledger rows and the core's /_stats.
+#   5. the ledger rows, the core's /_stats, the relay's dedup_* metrics and
+#      inspect's story of a GUID.
 # It stops everything it started, also on Ctrl-C.
 #
 #   scripts/demo.sh              the ledger is a SQLite file (the default)
@@ -53,7 +54,7 @@ sql() {
 }
 
 say "build"
-go build -o bin/ ./...
+go build -buildvcs=auto -o bin/ ./...
 echo "binaries: $(ls bin | tr '\n' ' ')"
 
 say "start the fixture core (SLOW memos take 3 s) and the relay (core timeout 1 s)"
@@ -66,9 +67,11 @@ if [ "$kind" = postgres ]; then
 else
   db="$work/relay.db"
 fi
-bin/relay --db "$db" --listen 127.0.0.1:0 --core "$core" --timeout 1 2>"$work/relay.log" &
+bin/relay --db "$db" --listen 127.0.0.1:0 --core "$core" --timeout 1 \
+  --metrics-listen 127.0.0.1:0 --metrics-refresh 1 2>"$work/relay.log" &
 pids+=($!)
 relay=$(wait_listening "$work/relay.log")
+metrics=$(sed -n 's/^metrics addr=//p' "$work/relay.log" | head -n1)
 echo "core=$core relay=$relay ledger=$db"
 
 g1="$(date +%Y%m%d)MOB$(printf '%021d' $RANDOM$RANDOM)"
@@ -104,6 +107,14 @@ fi
 
 say "the core's /_stats (every GUID POSTed and applied once)"
 curl -s "$core/_stats"; echo
+
+say "what operators see: the relay's own dedup_* metrics (http://$metrics/metrics)"
+sleep 1.2   # one refresh of the ledger gauges
+curl -s "http://$metrics/metrics" | grep '^dedup_' | grep -v -e '_bucket' -e '_sum' | grep -v ' 0$' || true
+echo "(series at 0 left out; /readyz: $(curl -s "http://$metrics/readyz"))"
+echo
+echo "inspect, the runbook's lookup tool:"
+bin/inspect --db "$db" "$g2"
 
 say "the relay's log"
 cat "$work/relay.log"
