@@ -79,3 +79,42 @@ func TestStatsCheckCountsDoubles(t *testing.T) {
 	cc := s.Check([]string{"a", "b", "c", "d"})
 	assert.DeepEqual(t, cc, channelsim.CoreCheck{GUIDs: 4, Applied: 3, AppliedTwice: 1, ReceivedTwice: 2, Doubles: []string{"c"}})
 }
+
+// channel load keeps applying transfers however long it runs: with amounts
+// that would drain an account in one direction (1,000 transfers of 150,000
+// won against a 100,000,000 opening balance), alternating the direction
+// keeps every transfer applied. And when nothing is applied it warns that
+// the double-application check is empty.
+func TestChannelLoadNeverDrainsAndWarnsWhenNothingApplied(t *testing.T) {
+	t.Parallel()
+	c := startCore(t, "--quiet")
+	r := startRelay(t, tempDB(t), c.url)
+	res := icmd.RunCmd(icmd.Command(bin("channel"), "load", "--relay", r.addr, "--conns", "4", "--count", "1000",
+		"--amount", "150000", "--core", c.url), icmd.WithTimeout(120*time.Second))
+	res.Assert(t, icmd.Success)
+	assert.Assert(t, strings.Contains(res.Stdout(), "applied=1000 "), res.Stdout())
+	assert.Assert(t, !strings.Contains(res.Stderr(), "warning"), res.Stderr())
+
+	res = icmd.RunCmd(icmd.Command(bin("channel"), "load", "--relay", r.addr, "--conns", "2", "--count", "20",
+		"--amount", "900000000", "--core", c.url), icmd.WithTimeout(60*time.Second))
+	res.Assert(t, icmd.Success)
+	assert.Assert(t, strings.Contains(res.Stdout(), "applied=0 "), res.Stdout())
+	assert.Assert(t, strings.Contains(res.Stderr(), "warning: the core applied no transfer"), res.Stderr())
+}
+
+// resolve says how many UNKNOWN rows were too young to be asked about, so
+// that "candidates=0" does not read as "nothing pending".
+func TestResolveLogsUnknownRowsTooYoung(t *testing.T) {
+	t.Parallel()
+	c := startCore(t)
+	path, db := newLedger(t)
+	for i := 0; i < 2; i++ {
+		g := newGUID()
+		insert(t, db, g, "UNKNOWN", "E901", telegram(t, g), nil, 1, "-10 seconds")
+	}
+	res := runJob(t, "resolve", "--db", path, "--core", c.url, "--min-age", "300")
+	res.Assert(t, icmd.Success)
+	assert.Equal(t, lastLine(res.Stdout()), "resolve: candidates=0 done=0 failed=0 left=0")
+	assert.Assert(t, strings.Contains(res.Stderr(), "UNKNOWN rows younger than --min-age left for a later run") &&
+		strings.Contains(res.Stderr(), "rows=2"), res.Stderr())
+}

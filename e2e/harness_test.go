@@ -338,18 +338,7 @@ func (d *ledgerDB) q(query string) string {
 	}
 	query = datetimeModRE.ReplaceAllString(query, "(now() + CAST(? AS interval))")
 	query = datetimeLitRE.ReplaceAllString(query, "(now() + interval '$1')")
-	query = strings.ReplaceAll(query, "datetime('now')", "now()")
-	var b strings.Builder
-	n := 0
-	for _, c := range query {
-		if c == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
+	return pgtest.Rebind(strings.ReplaceAll(query, "datetime('now')", "now()"))
 }
 
 // Exec runs a statement written in SQLite's dialect.

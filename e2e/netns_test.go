@@ -241,19 +241,7 @@ func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 	// Checks against the core's own record.
 	stats, err := channelsim.FetchStatsVia(context.Background(), dbh.httpClient(), "http://127.0.0.1:9201")
 	assert.NilError(t, err)
-	rows := map[string]row{}
-	rs, err := ldb.Query("SELECT guid FROM tx")
-	assert.NilError(t, err)
-	var guids []string
-	for rs.Next() {
-		var g string
-		assert.NilError(t, rs.Scan(&g))
-		guids = append(guids, g)
-	}
-	rs.Close()
-	for _, g := range guids {
-		rows[g] = *getRow(t, ldb, g)
-	}
+	rows := rowsSnapshot(t, ldb)
 	var posts, applied, ok0000, unknown int
 	for g, tg := range telegrams {
 		r, inLedger := rows[g]

@@ -116,6 +116,18 @@ type Ledger interface {
 // States lists every ledger state in a fixed order, for summaries.
 var States = []dedup.State{dedup.StateReceived, dedup.StateSent, dedup.StateDone, dedup.StateUnknown, dedup.StateFailed}
 
+// AllStates returns one StateStat per state of States, in that order,
+// taking each from got (a backend's GROUP BY result) or zero if absent.
+func AllStates(got map[dedup.State]StateStat) []StateStat {
+	out := make([]StateStat, 0, len(States))
+	for _, st := range States {
+		s := got[st]
+		s.State = st
+		out = append(out, s)
+	}
+	return out
+}
+
 // Options configure a backend's Open.
 type Options struct {
 	// Synchronous is "full" (default) or "normal". SQLite: its synchronous

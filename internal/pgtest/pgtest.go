@@ -276,3 +276,19 @@ func Exec(t testing.TB, url, sql string, args ...any) {
 		t.Fatalf("exec %q: %v", strings.TrimSpace(sql), err)
 	}
 }
+
+// Rebind turns ? placeholders into PostgreSQL's $1, $2, ... (the tests
+// write SQL once for both ledgers; none of their literals holds a '?').
+func Rebind(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, c := range query {
+		if c == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

@@ -622,11 +622,5 @@ func (l *Ledger) Stats(ctx context.Context) ([]ledger.StateStat, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("stats: %w", classify(err))
 	}
-	out := make([]ledger.StateStat, 0, len(ledger.States))
-	for _, st := range ledger.States {
-		s := got[st]
-		s.State = st
-		out = append(out, s)
-	}
-	return out, nil
+	return ledger.AllStates(got), nil
 }

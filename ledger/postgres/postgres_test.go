@@ -26,18 +26,7 @@ var agoRE = regexp.MustCompile(`AGO\((\d+)\)`)
 // dialect turns the suite's ?, NOW and AGO(n) into PostgreSQL's.
 func dialect(q string) string {
 	q = agoRE.ReplaceAllString(q, "(now() - make_interval(secs => $1))")
-	q = strings.ReplaceAll(q, "NOW", "now()")
-	var b strings.Builder
-	n := 0
-	for _, c := range q {
-		if c == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
+	return pgtest.Rebind(strings.ReplaceAll(q, "NOW", "now()"))
 }
 
 func connect(t *testing.T, db string) *pgx.Conn {

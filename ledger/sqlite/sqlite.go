@@ -352,11 +352,5 @@ FROM tx INDEXED BY tx_state_updated GROUP BY state`)
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("stats: %w", describe(err))
 	}
-	out := make([]ledger.StateStat, 0, len(ledger.States))
-	for _, st := range ledger.States {
-		s := got[st]
-		s.State = st
-		out = append(out, s)
-	}
-	return out, nil
+	return ledger.AllStates(got), nil
 }
