@@ -94,7 +94,7 @@ func (n *netns) httpClient() *http.Client {
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return n.dial(addr, 5*time.Second) }}}
 }
 
-// inNetns is the argv prefix that runs a binary inside n.
+// cmd is the argv that runs binary name inside n.
 func (n *netns) cmd(name string, args ...string) []string {
 	return append([]string{"/usr/sbin/ip", "netns", "exec", n.name, bin(name)}, args...)
 }
@@ -126,7 +126,7 @@ func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 	ledgerFor := map[*netns]string{h1: pg.URLAt("10.231.1.1", dbName), h2: pg.URLAt("10.231.2.1", dbName)}
 	coreFor := map[*netns]string{h1: "http://10.231.1.1:9201", h2: "http://10.231.2.1:9201"}
 
-	core := start(t, "/usr/sbin/ip", dbh.cmd("fixturecore", "--listen", "0.0.0.0:9201", "--slow", "1.2", "--quiet")[1:]...)
+	start(t, "/usr/sbin/ip", dbh.cmd("fixturecore", "--listen", "0.0.0.0:9201", "--slow", "1.2", "--quiet")[1:]...)
 	startRelayIn := func(h *netns, ip string) *proc {
 		return start(t, "/usr/sbin/ip", h.cmd("relay", "--db", ledgerFor[h], "--listen", ip+":9101", "--core", coreFor[h],
 			"--timeout", "1", "--connect-timeout", "0.3", "--orphan-after", "8.3")[1:]...)
@@ -227,7 +227,8 @@ func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 	}, poll.WithTimeout(40*time.Second), poll.WithDelay(500*time.Millisecond))
 	r2.waitLog(t, "orphan sweep")
 
-	time.Sleep(2100 * time.Millisecond) // resolve's --min-age 2 must pass for the newest UNKNOWN rows
+	// resolve's --min-age 2 must have passed for the newest UNKNOWN rows.
+	waitSQL(t, ldb, "SELECT count(*)=0 FROM tx WHERE state='UNKNOWN' AND updated_at > datetime('now', '-2 seconds')")
 	jobIn := func(name string, args ...string) *icmd.Result {
 		argv := h2.cmd(name, append([]string{"--db", ledgerFor[h2], "--core", coreFor[h2]}, args...)...)
 		res := icmd.RunCmd(icmd.Command(argv[0], argv[1:]...), icmd.WithTimeout(120*time.Second))
@@ -243,7 +244,7 @@ func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 	assert.NilError(t, err)
 	rows := rowsSnapshot(t, ldb)
 	var posts, applied, ok0000, unknown int
-	for g, tg := range telegrams {
+	for g := range telegrams {
 		r, inLedger := rows[g]
 		posts += stats.ByGUID[g]
 		applied += stats.AppliedByGUID[g]
@@ -274,12 +275,10 @@ func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 				assert.Check(t, string(reply) == string(r.Response), "%s: a 0000 reply differs from the stored one", g)
 			}
 		}
-		_ = tg
 	}
 	assert.Equal(t, unknown, 0, "UNKNOWN rows left after resolve")
 	t.Logf("two hosts: %d GUIDs, %d POSTs, %d applied, %d 0000 replies, %d applied by the survivor after the kill; 0 applied twice",
 		len(telegrams), posts, applied, ok0000, afterKill.Load())
-	_ = core
 }
 
 // The database fails, the money doesn't: PostgreSQL crashes (immediate

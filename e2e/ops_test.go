@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,12 +183,11 @@ func TestJobTextfileAndJSONSummary(t *testing.T) {
 	run1 := textfileValue(t, prom, `dedup_job_last_run_timestamp_seconds{job="resolve"}`)
 	assert.Assert(t, ok1 != "" && run1 != "")
 	assert.Equal(t, textfileValue(t, prom, `dedup_job_rows{job="resolve",outcome="failed"}`), "1")
-	out, err := exec.Command("promtool", "check", "metrics").CombinedOutput()
-	_ = out
-	f, _ := os.Open(prom)
+	f, err := os.Open(prom)
+	assert.NilError(t, err)
 	cmd := exec.Command("promtool", "check", "metrics")
 	cmd.Stdin = f
-	out, err = cmd.CombinedOutput()
+	out, err := cmd.CombinedOutput()
 	f.Close()
 	assert.NilError(t, err, "promtool: %s", out)
 
@@ -344,8 +342,6 @@ func TestVersionShowsRevision(t *testing.T) {
 		assert.Check(t, is.Regexp(`^`+b+` \S+ revision [0-9a-f]{40}(\+dirty)? \(\S+\) go1\.\d+`, strings.TrimSpace(res.Stdout())), b)
 	}
 }
-
-var _ = regexp.MustCompile
 
 // inspect: a GUID's row decoded for a person (accounts masked, the memo
 // never shown), rows by state and age, a summary per state, JSON; an
