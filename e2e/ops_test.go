@@ -402,3 +402,22 @@ func TestInspect(t *testing.T) {
 	res = runJob(t, "inspect", "--db", db, "not-a-guid")
 	assert.Equal(t, res.ExitCode, 2)
 }
+
+// A long purge shows its progress on stderr when stderr is a terminal
+// (here a pseudo-terminal from script(1)), and stays silent otherwise.
+func TestPurgeProgressOnlyOnATerminal(t *testing.T) {
+	t.Parallel()
+	path, db := newLedger(t)
+	db.insertOldDone(t, 1200, nil, nil)
+	res := runJob(t, "purge", "--db", path, "--days", "7")
+	res.Assert(t, icmd.Success)
+	assert.Assert(t, !strings.Contains(res.Stderr(), "deleted 500 of"), "progress without a terminal: %q", res.Stderr())
+
+	// bsdutils' script runs the command on a pseudo-terminal.
+	cmdline := fmt.Sprintf("%s --db %s --days 7", bin("purge"), path)
+	db.insertOldDone(t, 1200, nil, nil)
+	res = icmd.RunCmd(icmd.Command("script", "-qec", cmdline, "/dev/null"), icmd.WithTimeout(60*time.Second))
+	res.Assert(t, icmd.Success)
+	assert.Assert(t, strings.Contains(res.Stdout(), "purge: deleted 1200 of 1200"), "no progress on a terminal: %q", res.Stdout())
+	assert.Assert(t, strings.Contains(res.Stdout(), "purge: deleted=1200"), res.Stdout())
+}
