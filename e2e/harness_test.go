@@ -250,6 +250,19 @@ func tempDB(t *testing.T) string {
 	return filepath.Join(t.TempDir(), "relay.db")
 }
 
+// ownPostgres starts a PostgreSQL cluster for this test alone (a test that
+// stops and starts the server must not disturb the others) and returns it
+// with the URL of an empty database in it.
+func ownPostgres(t *testing.T) (*pgtest.Cluster, string) {
+	t.Helper()
+	pg, err := pgtest.Start(pgtest.Options{})
+	assert.NilError(t, err)
+	t.Cleanup(pg.Remove)
+	db, err := pg.NewDatabase()
+	assert.NilError(t, err)
+	return pg, db
+}
+
 // onPostgres reports whether the tests run against PostgreSQL.
 func onPostgres() bool { return ledgerKind == "postgres" }
 

@@ -287,11 +287,7 @@ func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 // everything settles with nothing applied twice.
 func TestPostgresDownNewGUIDsGetE902AndRelayServesAgain(t *testing.T) {
 	t.Parallel()
-	pg, err := pgtest.Start(pgtest.Options{})
-	assert.NilError(t, err)
-	t.Cleanup(pg.Remove)
-	db, err := pg.NewDatabase()
-	assert.NilError(t, err)
+	pg, db := ownPostgres(t)
 	c := startCore(t)
 	r := startRelay(t, db, c.url)
 

@@ -19,7 +19,6 @@ import (
 	"gotest.tools/v3/icmd"
 	"gotest.tools/v3/poll"
 
-	"dedup/internal/pgtest"
 )
 
 // scrape reads the relay's /metrics and returns every sample by its
@@ -127,11 +126,7 @@ func TestMetricsMoveAsTheSpecSays(t *testing.T) {
 // and 200 again once it is back, without a restart.
 func TestReadyzFollowsTheLedger(t *testing.T) {
 	t.Parallel()
-	pg, err := pgtest.Start(pgtest.Options{})
-	assert.NilError(t, err)
-	t.Cleanup(pg.Remove)
-	db, err := pg.NewDatabase()
-	assert.NilError(t, err)
+	pg, db := ownPostgres(t)
 	c := startCore(t)
 	r := startRelay(t, db, c.url, "--metrics-listen", "127.0.0.1:0")
 	readyz := "http://" + r.metricsAddr + "/readyz"
