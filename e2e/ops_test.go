@@ -18,7 +18,6 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/icmd"
 	"gotest.tools/v3/poll"
-
 )
 
 // scrape reads the relay's /metrics and returns every sample by its
