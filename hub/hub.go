@@ -149,11 +149,12 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 		claimed, err := s.store.Claim(ctx, guid, tx.req.TxCode, tx.req.Raw)
 		if err != nil {
 			s.ledgerTrouble(err)
-			// Nothing is sent. A retransmission of a finished transfer is
-			// still answered from the ledger: a full disk stops writes,
-			// not reads.
-			if row, rerr := s.store.Get(ctx, guid); rerr == nil && row != nil {
-				tx.fail(slog.LevelWarn, "ledger cannot be written ("+err.Error()+"); answered from the existing row")
+			// Nothing is sent, and the claim counts as not committed (its
+			// commit may be ambiguous): E902. Only a retransmission of a
+			// finished transfer is still answered from its DONE row: a
+			// full disk stops writes, not reads.
+			if row, rerr := s.store.Get(ctx, guid); rerr == nil && row != nil && row.State == dedup.StateDone {
+				tx.fail(slog.LevelWarn, "ledger cannot be written ("+err.Error()+"); answered from the DONE row")
 				return s.answerExisting(ctx, tx, row, false)
 			}
 			tx.fail(slog.LevelError, "claim failed, not sent: "+err.Error())

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,4 +92,51 @@ func TestProcessMalformedIsE900WithoutRowOrCall(t *testing.T) {
 	assert.Equal(t, string(reply), string(lhstd.Reply(bad, "E900", nil)))
 	assert.Equal(t, len(st.rows), 0)
 	assert.Equal(t, core.calls.Load(), int32(0))
+}
+
+// unwritable is a store whose writes all fail, as a full disk or a
+// database that is down makes them; reads still work.
+type unwritable struct{ *memStore }
+
+func (u unwritable) Claim(context.Context, string, string, []byte) (bool, error) {
+	return false, errors.New("database or disk is full")
+}
+
+func (u unwritable) Reclaim(context.Context, string, []byte, int) (int, bool, error) {
+	return 0, false, errors.New("database or disk is full")
+}
+
+// When a claim cannot be committed nothing is sent and the claim counts as
+// not committed (E902), even if a row exists (it may be this very claim,
+// committed ambiguously); only a finished transfer's retransmission is
+// answered from its DONE row, byte for byte.
+func TestClaimThatCannotBeCommittedSendsNothing(t *testing.T) {
+	stored := lhstd.Reply(request(t, 150000), dedup.CodeOK, okBody(t))
+	for _, tc := range []struct {
+		name     string
+		row      *ledger.Row
+		wantCode string
+	}{
+		{"new GUID", nil, "E902"},
+		{"a SENT row (perhaps this claim, committed ambiguously)", &ledger.Row{State: dedup.StateSent, Attempts: 1}, "E902"},
+		{"a FAILED row", &ledger.Row{State: dedup.StateFailed, RspCode: "E902", Attempts: 1}, "E902"},
+		{"a DONE row is answered from the ledger", &ledger.Row{State: dedup.StateDone, RspCode: "0000", Response: stored, Attempts: 1}, "0000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newMemStore()
+			if tc.row != nil {
+				r := *tc.row
+				r.GUID, r.Request = g1, request(t, 150000)
+				st.rows[g1] = &r
+			}
+			core := &countingCore{res: coreapi.Result{State: dedup.StateDone, Code: "0000", Body: okBody(t)}}
+			s := New(Config{Store: unwritable{st}, Core: core})
+			reply := s.Process(request(t, 150000))
+			assert.Equal(t, lhstd.ReplyCode(reply), tc.wantCode)
+			assert.Equal(t, core.calls.Load(), int32(0), "a transfer was sent without a committed claim")
+			if tc.wantCode == "0000" {
+				assert.Equal(t, string(reply), string(stored))
+			}
+		})
+	}
 }
