@@ -44,6 +44,22 @@ func scrape(t *testing.T, addr string) (map[string]float64, string) {
 	return out, string(b)
 }
 
+// scrapeOnceWritten scrapes the relay's metrics once it has counted n
+// replies with code. A reply is counted after the write to the channel
+// returns, so the channel may read it a moment before the counter moves.
+func scrapeOnceWritten(t *testing.T, addr, code string, n float64) map[string]float64 {
+	t.Helper()
+	var m map[string]float64
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		m, _ = scrape(t, addr)
+		if got := m[`dedup_replies_total{code="`+code+`"}`]; got != n {
+			return poll.Continue("%v replies %s counted, want %v", got, code, n)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Second), poll.WithDelay(10*time.Millisecond))
+	return m
+}
+
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -64,14 +80,14 @@ func TestMetricsMoveAsTheSpecSays(t *testing.T) {
 	g := newGUID()
 	tg := telegram(t, g)
 	assert.Equal(t, code(send(t, r.addr, tg)), "0000")
-	m, _ := scrape(t, r.metricsAddr)
+	m := scrapeOnceWritten(t, r.metricsAddr, "0000", 1)
 	assert.Equal(t, m[`dedup_core_requests_total{result="done"}`], 1.0)
 	assert.Equal(t, m[`dedup_ledger_answers_total{state="DONE"}`], 0.0)
 	assert.Equal(t, m[`dedup_replies_total{code="0000"}`], 1.0)
 
 	// A retransmission is answered from the ledger, not by the core.
 	assert.Equal(t, code(send(t, r.addr, tg)), "0000")
-	m, _ = scrape(t, r.metricsAddr)
+	m = scrapeOnceWritten(t, r.metricsAddr, "0000", 2)
 	assert.Equal(t, m[`dedup_ledger_answers_total{state="DONE"}`], 1.0)
 	assert.Equal(t, m[`dedup_core_requests_total{result="done"}`], 1.0, "a retransmission reached the core")
 	assert.Equal(t, m[`dedup_replies_total{code="0000"}`], 2.0)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,6 +95,7 @@ func Exercise(t *testing.T, b Backend) {
 		{"FailedCommitRecordsNoOutcome", testFailedFinish},
 		{"ClaimFailsWhileAnotherWriterHoldsTheLock", testLocked},
 		{"WritesAfterCloseFail", testClosed},
+		{"EveryConcurrentWriteIsReportedAsItCommitted", testGroupCommit},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -594,4 +596,97 @@ func testClosed(t *testing.T, s suite) {
 	assert.NilError(t, l.Close())
 	_, err = l.Claim(ctx, guid(1), "TRF00001", nil)
 	assert.Assert(t, errors.Is(err, ledger.ErrClosed), "got %v", err)
+}
+
+// testGroupCommit drives one handle with many concurrent writers while
+// every third commit fails and, at the end, Close races with the last
+// writes. Whatever batches form, each caller's answer must match the
+// database: a claim reported taken has its row, a claim reported failed has
+// none, an outcome reported recorded is there, and Close neither loses a
+// queued write nor leaves a caller waiting.
+func testGroupCommit(t *testing.T, s suite) {
+	db := s.New(t)
+	var commits, acknowledged atomic.Int64
+	l, err := s.Open(db, ledger.Options{
+		Faults: &ledger.Faults{BeforeCommit: func() error {
+			if commits.Add(1)%3 == 0 {
+				return errInjected
+			}
+			return nil
+		}},
+		OnCommit: func(_ time.Duration, writes int) { acknowledged.Add(int64(writes)) },
+	})
+	assert.NilError(t, err)
+
+	const writers, each = 24, 12
+	type result struct {
+		claimed, claimErr, finished bool
+	}
+	results := make([][]result, writers)
+	var succeeded atomic.Int64
+	var wg sync.WaitGroup
+	closing, halfway := make(chan struct{}), make(chan struct{})
+	var progress atomic.Int64
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if w%2 == 1 && i == each/2 {
+					<-closing // half the writers go on while Close runs
+				}
+				g := guid(w*1000 + i)
+				var r result
+				ok, err := l.Claim(ctx, g, "TRF00001", []byte("r"))
+				r.claimed, r.claimErr = ok && err == nil, err != nil
+				if r.claimed {
+					succeeded.Add(1)
+					done, err := l.Finish(ctx, g, 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("x")})
+					r.finished = done && err == nil
+					if r.finished {
+						succeeded.Add(1)
+					}
+				}
+				results[w] = append(results[w], r)
+				if progress.Add(1) == writers*each/4 {
+					close(halfway)
+				}
+			}
+		}()
+	}
+	<-halfway // batches have formed; Close now races with the rest
+	close(closing)
+	assert.NilError(t, l.Close())
+	wg.Wait()
+
+	var finished, unfinished, failed []any
+	for w := range results {
+		assert.Equal(t, len(results[w]), each)
+		for i, r := range results[w] {
+			g := guid(w*1000 + i)
+			switch {
+			case r.finished:
+				finished = append(finished, g)
+			case r.claimed:
+				unfinished = append(unfinished, g)
+			case r.claimErr:
+				failed = append(failed, g)
+			default:
+				t.Errorf("%s: a fresh GUID was reported as already claimed", g)
+			}
+		}
+	}
+	count := func(set []any, cond string) int64 {
+		if len(set) == 0 {
+			return 0
+		}
+		in := strings.TrimSuffix(strings.Repeat("?,", len(set)), ",")
+		return s.QueryInt(t, db, "SELECT count(*) FROM tx WHERE guid IN ("+in+") AND "+cond, set...)
+	}
+	assert.Equal(t, count(finished, "state='DONE'"), int64(len(finished)), "outcomes reported recorded are not all DONE")
+	assert.Equal(t, count(unfinished, "state='SENT'"), int64(len(unfinished)), "claims reported taken (outcome failed) are not all SENT")
+	assert.Equal(t, count(failed, "1=1"), int64(0), "claims reported failed have rows")
+	sawFailure := len(failed) > 0
+	assert.Assert(t, sawFailure, "no write failed: neither the injected faults nor Close were exercised")
+	assert.Equal(t, acknowledged.Load(), succeeded.Load(), "writes reported committed by OnCommit differ from the callers' successes")
 }

@@ -1,13 +1,13 @@
 // Package sqlite is the SQLite backend of the ledger (spec: ledger.md): one
 // file on the relay's host, in WAL mode, the embedded default.
 //
-// Every write goes through one writer goroutine that owns the write
-// connection and commits whatever writes are waiting in one transaction (group
-// commit): with synchronous=FULL every commit costs an fsync, and batching lets
-// many transactions share one. A write returns only after the transaction
-// holding it has committed, so a caller never acts on an uncommitted claim.
-// Reads go through a separate pool of query-only connections and never wait
-// for the writer.
+// Every write goes through one write connection, and whatever writes are
+// waiting are committed in one transaction (group commit, led by the callers
+// themselves: see submit): with synchronous=FULL every commit costs an fsync,
+// and batching lets many transactions share one. A write returns only after
+// the transaction holding it has committed, so a caller never acts on an
+// uncommitted claim. Reads go through a separate pool of query-only
+// connections and never wait for the writes.
 //
 // Every statement is the exact SQL of ledger.md; each is atomic on its own,
 // so several processes may share one ledger file.
@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
@@ -37,13 +38,19 @@ const DefaultMaxBatch = 256
 type Ledger struct {
 	wdb      *sql.DB
 	rdb      *sql.DB
-	conn     *sql.Conn // the writer's connection, owned by the writer goroutine
+	conn     *sql.Conn // the write connection, used only by the caller leading a batch
 	stmts    writeStmts
 	getStmt  *sql.Stmt
-	ops      chan *op // unbuffered: a completed send means the writer owns the op
-	quit     chan struct{}
-	stopped  chan struct{}
 	maxBatch int
+
+	// The group commit (see submit): writes waiting for a batch, whether
+	// a caller is leading one, and whether Close was called. idle is
+	// signalled when the last batch ends.
+	mu       sync.Mutex
+	queue    []*op
+	leading  bool
+	closed   bool
+	idle     *sync.Cond
 	faults   *ledger.Faults
 	onCommit func(time.Duration, int)
 }
@@ -51,7 +58,7 @@ type Ledger struct {
 var _ ledger.Ledger = (*Ledger)(nil)
 
 // Open opens (creating if needed) the ledger at path, applies the schema,
-// and starts the writer. Errors name the path and the cause.
+// and prepares the writes. Errors name the path and the cause.
 func Open(path string, opts ledger.Options) (*Ledger, error) {
 	l, err := open(path, opts)
 	if err != nil {
@@ -76,11 +83,11 @@ func CheckPath(path string) error {
 }
 
 func open(path string, opts ledger.Options) (*Ledger, error) {
-	sync := strings.ToUpper(opts.Synchronous)
-	if sync == "" {
-		sync = "FULL"
+	synchronous := strings.ToUpper(opts.Synchronous)
+	if synchronous == "" {
+		synchronous = "FULL"
 	}
-	if sync != "FULL" && sync != "NORMAL" {
+	if synchronous != "FULL" && synchronous != "NORMAL" {
 		return nil, fmt.Errorf("synchronous %q: want full or normal", opts.Synchronous)
 	}
 	if err := CheckPath(path); err != nil {
@@ -94,7 +101,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 		}
 	}
 	params := fmt.Sprintf("_journal_mode=WAL&_synchronous=%s&_busy_timeout=%d&_txlock=immediate",
-		sync, ledger.BusyTimeout.Milliseconds())
+		synchronous, ledger.BusyTimeout.Milliseconds())
 	wdb, err := sql.Open("sqlite3", path+"?"+params)
 	if err != nil {
 		return nil, err
@@ -103,7 +110,8 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	wdb.SetConnMaxIdleTime(0)
 	wdb.SetConnMaxLifetime(0)
 
-	l := &Ledger{wdb: wdb, ops: make(chan *op), quit: make(chan struct{}), stopped: make(chan struct{}), faults: opts.Faults, onCommit: opts.OnCommit}
+	l := &Ledger{wdb: wdb, faults: opts.Faults, onCommit: opts.OnCommit}
+	l.idle = sync.NewCond(&l.mu)
 	fail := func(err error) (*Ledger, error) {
 		if l.conn != nil {
 			l.conn.Close()
@@ -143,7 +151,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	// the WAL's end, so the WAL is never restarted and grows, and every
 	// commit's fsync then also journals the file's new size (1 caller:
 	// 0.75-0.95 ms per claim+finish against 0.52 ms).
-	// From here on the writer waits for the lock itself (see begin), still
+	// From here on the write connection waits for the lock itself (see begin), still
 	// for at most BusyTimeout; statements inside a transaction that holds
 	// the lock never wait.
 	if _, err := l.conn.ExecContext(ctx, "PRAGMA busy_timeout=0"); err != nil {
@@ -172,7 +180,6 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	if l.maxBatch <= 0 {
 		l.maxBatch = DefaultMaxBatch
 	}
-	go l.writer()
 	return l, nil
 }
 
@@ -192,16 +199,19 @@ func describe(err error) error {
 	return err
 }
 
-// Close stops the writer and closes the database. Writes submitted after
-// Close fail with ErrClosed; a write already taken by the writer completes.
+// Close closes the database. Writes submitted after Close fail with
+// ErrClosed; writes already queued are committed first.
 func (l *Ledger) Close() error {
-	select {
-	case <-l.quit:
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
 		return nil
-	default:
 	}
-	close(l.quit)
-	<-l.stopped
+	l.closed = true
+	for l.leading {
+		l.idle.Wait()
+	}
+	l.mu.Unlock()
 	l.getStmt.Close()
 	l.stmts.close()
 	err := l.conn.Close()
@@ -245,7 +255,7 @@ func scanRow(s scanner) (*ledger.Row, error) {
 }
 
 // Get returns the row of guid, or nil if there is none. It reads through the
-// read pool and never waits for the writer.
+// read pool and never waits for the writes.
 func (l *Ledger) Get(ctx context.Context, guid string) (*ledger.Row, error) {
 	r, err := scanRow(l.getStmt.QueryRowContext(ctx, guid))
 	if errors.Is(err, sql.ErrNoRows) {
