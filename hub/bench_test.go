@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -26,9 +27,86 @@ import (
 type memStore struct {
 	mu   sync.Mutex
 	rows map[string]*ledger.Row
+	// group, if set, makes every write wait for an fsync that started
+	// after it: the "memory+fsync" store is the ideal durable ledger (no
+	// SQL, writes sharing in-place fsyncs as a perfect group commit would),
+	// the floor of a durable relay on this disk.
+	group *groupSync
 }
 
 func newMemStore() *memStore { return &memStore{rows: map[string]*ledger.Row{}} }
+
+// durable waits, after mu is released, until the write is on disk.
+func (m *memStore) durable() error {
+	if m.group == nil {
+		return nil
+	}
+	return m.group.wait()
+}
+
+// groupSync shares fsyncs between concurrent writers: a writer waits for a
+// sync that starts after its write, and starts one itself if none is
+// running.
+type groupSync struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	started uint64 // syncs started
+	done    uint64 // the last sync that completed
+	syncing bool
+	sync    func() error
+}
+
+func newGroupSync(fsync func() error) *groupSync {
+	g := &groupSync{sync: fsync}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+func (g *groupSync) wait() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	need := g.started + 1 // a sync running now may have started before the write
+	var err error
+	for g.done < need {
+		if g.syncing {
+			g.cond.Wait()
+			continue
+		}
+		g.syncing = true
+		g.started++
+		n := g.started
+		g.mu.Unlock()
+		err = g.sync()
+		g.mu.Lock()
+		g.syncing, g.done = false, n
+		g.cond.Broadcast()
+	}
+	return err
+}
+
+// inPlaceFsync returns a function that overwrites 16 KiB of a file in dir in
+// place and fsyncs it, as BenchmarkFsyncInPlace measures.
+func inPlaceFsync(b *testing.B, dir string) func() error {
+	f, err := os.Create(filepath.Join(dir, "fsync.bin"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	block := make([]byte, 16<<10)
+	if _, err := f.WriteAt(block, 0); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	return func() error {
+		block[0]++
+		if _, err := f.WriteAt(block, 0); err != nil {
+			return err
+		}
+		return f.Sync()
+	}
+}
 
 func (m *memStore) Get(_ context.Context, guid string) (*ledger.Row, error) {
 	m.mu.Lock()
@@ -43,38 +121,42 @@ func (m *memStore) Get(_ context.Context, guid string) (*ledger.Row, error) {
 
 func (m *memStore) Claim(_ context.Context, guid, txCode string, req []byte) (bool, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if _, ok := m.rows[guid]; ok {
-		return false, nil
+		m.mu.Unlock()
+		return false, m.durable()
 	}
 	m.rows[guid] = &ledger.Row{GUID: guid, TxCode: txCode, State: dedup.StateSent, Request: req, Attempts: 1}
-	return true, nil
+	m.mu.Unlock()
+	return true, m.durable()
 }
 
 func (m *memStore) Reclaim(_ context.Context, guid string, req []byte, max int) (int, bool, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	r, ok := m.rows[guid]
 	if !ok || r.State != dedup.StateFailed || r.RspCode != dedup.CodeNotSent || (max > 0 && r.Attempts >= max) {
-		return 0, false, nil
+		m.mu.Unlock()
+		return 0, false, m.durable()
 	}
 	r.State, r.RspCode = dedup.StateSent, ""
 	r.Attempts++
 	if r.Request == nil {
 		r.Request = req
 	}
-	return r.Attempts, true, nil
+	n := r.Attempts
+	m.mu.Unlock()
+	return n, true, m.durable()
 }
 
 func (m *memStore) Finish(_ context.Context, guid string, attempt int, o ledger.Outcome) (bool, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	r, ok := m.rows[guid]
 	if !ok || r.State != dedup.StateSent || r.Attempts != attempt {
-		return false, nil
+		m.mu.Unlock()
+		return false, m.durable()
 	}
 	r.State, r.RspCode, r.Response = o.State, o.RspCode, o.Response
-	return true, nil
+	m.mu.Unlock()
+	return true, m.durable()
 }
 
 func (m *memStore) SweepOrphans(context.Context, time.Duration) (int64, error) { return 0, nil }
@@ -83,14 +165,16 @@ func (m *memStore) SweepOrphans(context.Context, time.Duration) (int64, error) {
 // relay → fixture core over loopback) with 10 % retransmissions, once with
 // the in-memory store (the ceiling) and once with the SQLite ledger at
 // synchronous FULL and NORMAL, and FULL again with the Prometheus metrics
-// on (full+metrics). b.N is the number of telegrams. cpu-us/tx is this
+// on (full+metrics), and memory+fsync: the in-memory store whose writes
+// share in-place fsyncs (a perfect group commit with no SQL), the floor of
+// any durable ledger on this disk. b.N is the number of telegrams. cpu-us/tx is this
 // process's CPU (getrusage: relay, load generator and core together) per
 // telegram.
 //
 //	go test -run '^$' -bench Relay -benchtime 20000x ./hub/
 func BenchmarkRelay(b *testing.B) {
 	for _, conns := range []int{1, 16, 64} {
-		for _, store := range []string{"memory", "full", "normal", "full+metrics"} {
+		for _, store := range []string{"memory", "memory+fsync", "full", "normal", "full+metrics"} {
 			b.Run(fmt.Sprintf("conns=%d/store=%s", conns, store), func(b *testing.B) {
 				benchRelay(b, store, conns)
 			})
@@ -118,9 +202,14 @@ func benchRelay(b *testing.B, store string, conns int) {
 	if store == "full+metrics" {
 		store, m = "full", metrics.New()
 	}
-	if store == "memory" {
+	switch store {
+	case "memory":
 		st = newMemStore()
-	} else {
+	case "memory+fsync":
+		m := newMemStore()
+		m.group = newGroupSync(inPlaceFsync(b, b.TempDir()))
+		st = m
+	default:
 		opts := ledger.Options{Synchronous: store}
 		if m != nil {
 			opts.OnCommit = m.Commit

@@ -5,10 +5,13 @@
 # Table 1 (in-process, one Go benchmark run): the relay server end to end
 #   (channel connections -> relay -> fixture core, 10 % retransmissions) with
 #   the in-memory store used only by the benchmark (the ceiling no durable
-#   ledger can beat) beside the SQLite ledger at synchronous FULL and NORMAL,
-#   and FULL with the Prometheus metrics on; CPU microseconds per transaction
-#   of the whole process (getrusage: relay, load and core together);
-#   vs_memory = TPS / ceiling TPS.
+#   ledger can beat), the same store whose writes share in-place fsyncs
+#   (memory+fsync: the floor of any durable ledger on this disk, a perfect
+#   group commit with no SQL), the SQLite ledger at synchronous FULL and
+#   NORMAL, and FULL with the Prometheus metrics on; CPU microseconds per
+#   transaction of the whole process (getrusage: relay, load and core
+#   together); vs_memory = TPS / ceiling TPS, vs_floor = TPS / floor TPS.
+#   Then the three targets of the ledger's cost, computed from this run.
 # Table 2 (real binaries): fixturecore + relay processes driven by
 #   `channel load --dup-ratio 0.1`, with a SQLite ledger (synchronous FULL) on
 #   the disk and on tmpfs (/dev/shm), and a PostgreSQL ledger (a throwaway
@@ -49,8 +52,9 @@ wait_listening() {
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 
 echo "== the disk: fsync after overwriting 16 KiB in place (the floor of one durable commit)"
-DEDUP_FSYNC_DIR="$work" go test -run '^$' -bench FsyncInPlace -benchtime 300x ./ledger/sqlite/ |
-  sed -n 's/.* \([0-9.]*\) fsync-p50-ms.*/idle fsync p50: \1 ms/p'
+fsync_p50=$(DEDUP_FSYNC_DIR="$work" go test -run '^$' -bench FsyncInPlace -benchtime 300x ./ledger/sqlite/ |
+  sed -n 's/.* \([0-9.]*\) fsync-p50-ms.*/\1/p')
+echo "idle fsync p50: $fsync_p50 ms"
 echo
 
 echo "== table 1: relay server in-process, ledger vs in-memory ceiling (10 % retransmissions)"
@@ -60,18 +64,26 @@ for pair in "1:$n1" "16:$n16" "64:$n64"; do
   c=${pair%%:*} n=${pair##*:}
   go test -run '^$' -bench "Relay/conns=$c/" -benchtime "${n}x" ./hub/ | grep '^BenchmarkRelay' >>"$raw"
 done
-awk '
+awk -v fsync="$fsync_p50" '
   { split($1, p, "/"); c=p[2]; sub("conns=","",c); st=p[3]; sub("store=","",st); sub(/-[0-9]+$/,"",st)
     for (i=2;i<=NF;i++) { if ($(i+1)=="tx/s") t[c,st]=$i; if ($(i+1)=="p50-ms") p50[c,st]=$i; if ($(i+1)=="p99-ms") p99[c,st]=$i; if ($(i+1)=="cpu-us/tx") cpu[c,st]=$i }
     cs[c]=1 }
   END {
-    printf "%-6s %-14s %9s %8s %8s %10s %10s\n", "conns", "store", "tx/s", "p50ms", "p99ms", "cpu_us/tx", "vs_memory"
-    n=split("1 16 64", order, " "); m=split("memory full normal full+metrics", stores, " ")
+    printf "%-6s %-14s %9s %8s %8s %10s %10s %9s\n", "conns", "store", "tx/s", "p50ms", "p99ms", "cpu_us/tx", "vs_memory", "vs_floor"
+    n=split("1 16 64", order, " "); m=split("memory memory+fsync full normal full+metrics", stores, " ")
     for (k=1;k<=n;k++) { c=order[k]; if (!(c in cs)) continue
       for (j=1;j<=m;j++) { st=stores[j]; if (!((c,st) in t)) continue
-        printf "%-6s %-14s %9.0f %8.3f %8.3f %10.1f %9.0f%%\n", c, st, t[c,st], p50[c,st], p99[c,st], cpu[c,st], 100*t[c,st]/t[c,"memory"] }
+        printf "%-6s %-14s %9.0f %8.3f %8.3f %10.1f %9.0f%% %8.0f%%\n", c, st, t[c,st], p50[c,st], p99[c,st], cpu[c,st], 100*t[c,st]/t[c,"memory"], 100*t[c,st]/t[c,"memory+fsync"] }
       if ((c,"full+metrics") in t) printf "%-6s %-14s metrics cost: %+.1f%% tx/s, %+.1f cpu_us/tx against full in this run\n", c, "", 100*(t[c,"full+metrics"]/t[c,"full"]-1), cpu[c,"full+metrics"]-cpu[c,"full"]
     }
+    print ""
+    print "memory+fsync is the floor of any durable ledger: the in-memory store whose writes share in-place fsyncs (no SQL)."
+    if ((64,"full") in t) {
+      printf "target 64 conns, FULL >= 75%% of memory:  %.0f%% (the floor reaches %.0f%%)\n", 100*t[64,"full"]/t[64,"memory"], 100*t[64,"memory+fsync"]/t[64,"memory"]
+      printf "target ledger CPU <= 50 us/tx over memory: %+.1f us/tx at 64 conns (the floor adds %+.1f)\n", cpu[64,"full"]-cpu[64,"memory"], cpu[64,"memory+fsync"]-cpu[64,"memory"]
+    }
+    if ((1,"full") in t && fsync != "")
+      printf "target 1 conn, FULL p50 <= memory p50 + 2 x fsync p50 + 0.15 = %.3f ms: %.3f ms (the floor: %.3f ms)\n", p50[1,"memory"]+2*fsync+0.15, p50[1,"full"], p50[1,"memory+fsync"]
   }' "$raw"
 
 echo
