@@ -36,7 +36,10 @@ type memStore struct {
 
 func newMemStore() *memStore { return &memStore{rows: map[string]*ledger.Row{}} }
 
-// durable waits, after mu is released, until the write is on disk.
+// durable waits, after mu is released, until the write is on disk. A write
+// that changed nothing (a lost claim, a fenced outcome) waits too: the row
+// it was decided against may not be on disk yet, as in the real ledger,
+// where it shares a commit with the writes around it.
 func (m *memStore) durable() error {
 	if m.group == nil {
 		return nil
@@ -167,9 +170,9 @@ func (m *memStore) SweepOrphans(context.Context, time.Duration) (int64, error) {
 // synchronous FULL and NORMAL, and FULL again with the Prometheus metrics
 // on (full+metrics), and memory+fsync: the in-memory store whose writes
 // share in-place fsyncs (a perfect group commit with no SQL), the floor of
-// any durable ledger on this disk. b.N is the number of telegrams. cpu-us/tx is this
-// process's CPU (getrusage: relay, load generator and core together) per
-// telegram.
+// any durable ledger on this disk. b.N is the number of telegrams.
+// cpu-us/tx is this process's CPU (getrusage: relay, load generator and
+// core together) per telegram.
 //
 //	go test -run '^$' -bench Relay -benchtime 20000x ./hub/
 func BenchmarkRelay(b *testing.B) {
