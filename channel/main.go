@@ -149,7 +149,7 @@ func send(c *sendCmd) int {
 			status = cli.ExitRuntime
 			continue
 		}
-		fmt.Printf("reply %d/%d: %s\n", i+1, n, describe(r.reply, r.took))
+		fmt.Printf("reply %d/%d: %s\n", i+1, n, describe(r.reply, sentAt, r.took))
 		if c.Raw {
 			fmt.Printf("< %s\n", lhstd.AppendFrame(nil, r.reply))
 		}
@@ -160,10 +160,18 @@ func send(c *sendCmd) int {
 	return status
 }
 
-func describe(reply []byte, took time.Duration) string {
+// describe prints a reply for a person. A stored reply carries the first
+// request's sent_at (a DONE row's retransmission is answered byte for
+// byte), so a 0000 whose sent_at is not the one just sent came from the
+// relay's ledger, not from a new call to the core; with the same sent_at
+// the reply cannot tell the two apart and says only what the code means.
+func describe(reply []byte, sentAt string, took time.Duration) string {
 	code := lhstd.ReplyCode(reply)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s (%.1f ms)", code, dedup.CodeMeaning(code), float64(took.Microseconds())/1000)
+	if len(reply) >= lhstd.HeaderLen && code == dedup.CodeOK && string(reply[48:62]) != sentAt {
+		fmt.Fprintf(&b, " answered from the relay's ledger (a retransmission; the first request was sent at %s)", reply[48:62])
+	}
 	if code == dedup.CodeOK && len(reply) == lhstd.HeaderLen+lhstd.TransferResponseBodyLen {
 		if tr, err := lhstd.ParseTransferResponseBody(reply[lhstd.HeaderLen:]); err == nil {
 			fmt.Fprintf(&b, " ref=%s balance=%d processed_at=%s", tr.Ref, tr.Balance, tr.ProcessedAt)

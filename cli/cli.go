@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"regexp"
 	"runtime/debug"
@@ -249,6 +250,15 @@ func (c CoreFlags) Validate() error {
 	}
 	if c.ConnectTimeout <= 0 {
 		return fmt.Errorf("--connect-timeout must be greater than 0")
+	}
+	return nil
+}
+
+// CheckListen reports a listen address this host cannot listen on, naming
+// its flag, so that every binary refuses a bad one as a usage error.
+func CheckListen(flag, addr string) error {
+	if _, err := net.ResolveTCPAddr("tcp", addr); err != nil {
+		return fmt.Errorf("%s: %q is not a HOST:PORT this host can listen on: %v", flag, addr, err)
 	}
 	return nil
 }

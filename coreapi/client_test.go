@@ -290,3 +290,20 @@ func TestCheckBaseURL(t *testing.T) {
 		assert.Check(t, is.Equal(CheckBaseURL(tc.url) == nil, tc.ok), tc.url)
 	}
 }
+
+// Reach obtains a connection and sends nothing on it: the server sees no
+// request. With nothing listening it fails.
+func TestReachSendsNothing(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { requests.Add(1) }))
+	defer srv.Close()
+	c := newClient(t, srv.URL, time.Second)
+	assert.NilError(t, c.Reach(ctx))
+	assert.Equal(t, requests.Load(), int32(0))
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	assert.Assert(t, newClient(t, "http://"+addr, time.Second).Reach(ctx) != nil)
+}

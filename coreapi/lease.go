@@ -1,7 +1,6 @@
 package coreapi
 
 import (
-	"context"
 	"errors"
 	"net"
 	"os"
@@ -35,16 +34,6 @@ type leaseConn struct {
 	written int64     // bytes written since arm
 	refused bool      // a write was refused for the lease since arm
 	writes  int       // write calls since arm (for the one-write test)
-}
-
-func dialLeased(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &leaseConn{Conn: c}, nil
-	}
 }
 
 // arm starts a request on this connection under lease (zero: none).

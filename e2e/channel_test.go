@@ -65,6 +65,12 @@ func TestChannelSendPrintsReplyAndExitStatus(t *testing.T) {
 	res.Assert(t, icmd.Success)
 	assert.Assert(t, strings.Contains(res.Stdout(), "0000 applied by the core"), res.Stdout())
 	assert.Assert(t, strings.Contains(res.Stdout(), "< 00000109"+g), res.Stdout())
+	assert.Assert(t, !strings.Contains(res.Stdout(), "from the relay's ledger"), res.Stdout())
+	// A later retransmission (another sent_at) is told apart: its reply
+	// carries the first request's sent_at.
+	res = icmd.RunCmd(icmd.Command(bin("channel"), "send", "--relay", r.addr, "--guid", g, "--sent-at", "20261129093000"))
+	res.Assert(t, icmd.Success)
+	assert.Assert(t, strings.Contains(res.Stdout(), "answered from the relay's ledger"), res.Stdout())
 	res = icmd.RunCmd(icmd.Command(bin("channel"), "send", "--relay", r.addr, "--amount", "999000000"))
 	res.Assert(t, icmd.Expected{ExitCode: 3, Out: "B201"})
 	res = icmd.RunCmd(icmd.Command(bin("channel"), "send", "--relay", r.addr, "--guid", "short"))

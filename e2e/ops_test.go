@@ -255,11 +255,14 @@ func TestUsageErrorsNameTheFlagAndCreateNothing(t *testing.T) {
 		{"resolve", []string{"--core", "notaurl"}, "--core:"},
 		{"reprocess", []string{"--max-attempts", "0"}, "--max-attempts"},
 		{"relay", []string{"--orphan-after", "3"}, "--orphan-after"},
+		{"relay", []string{"--listen", "foo"}, "--listen:"},
+		{"fixturecore", []string{"--listen", "foo"}, "--listen:"},
+		{"relay", []string{"--core", "ftp://x"}, "want http://HOST:PORT or https://HOST:PORT"},
 	} {
 		t.Run(tc.bin+" "+strings.Join(tc.args, " "), func(t *testing.T) {
 			dir := t.TempDir()
 			args := tc.args
-			if tc.bin != "channel" && !strings.HasPrefix(strings.Join(args, " "), "--db") {
+			if tc.bin != "channel" && tc.bin != "fixturecore" && !strings.HasPrefix(strings.Join(args, " "), "--db") {
 				args = append([]string{"--db", filepath.Join(dir, "ledger.db")}, args...)
 			}
 			cmd := icmd.Command(bin(tc.bin), args...)
@@ -296,50 +299,6 @@ func TestJSONLogsListeningLineIsJSON(t *testing.T) {
 		}
 	}
 	assert.Assert(t, found, "no JSON listening line:\n%s", r.log())
-}
-
-// A relay whose core does not answer at start says so once, and serves.
-func TestStartAgainstADeadCoreWarnsAndServes(t *testing.T) {
-	t.Parallel()
-	r := startRelay(t, tempDB(t), "http://"+freeAddr(t), "--connect-timeout", "0.5")
-	r.waitLog(t, "the core does not answer")
-	tg := telegram(t, newGUID())
-	assert.Equal(t, code(send(t, r.addr, tg)), "E902")
-}
-
-// While the core refuses connections, retransmissions of a FAILED/E902 row
-// are answered E902 without being reclaimed (no attempt burnt); once the
-// core is back the transfer is sent, once.
-func TestBreakerKeepsAttemptsDuringAnOutage(t *testing.T) {
-	t.Parallel()
-	addr := freeAddr(t)
-	db := tempDB(t)
-	r := startRelay(t, db, "http://"+addr, "--connect-timeout", "0.3")
-	ldb := openDB(t, db)
-	// Three new transfers find the core down: the breaker opens.
-	var guids []string
-	for i := 0; i < 3; i++ {
-		g := newGUID()
-		guids = append(guids, g)
-		assert.Equal(t, code(send(t, r.addr, telegram(t, g))), "E902")
-	}
-	for i := 0; i < 5; i++ {
-		assert.Equal(t, code(send(t, r.addr, telegram(t, guids[0]))), "E902")
-	}
-	row := getRow(t, ldb, guids[0])
-	assert.Equal(t, row.State.String, "FAILED")
-	assert.Equal(t, row.Attempts, 1, "retransmissions during the outage burnt attempts")
-	r.waitLog(t, "breaker open")
-
-	c := startCoreAt(t, addr)
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if cd := code(send(t, r.addr, telegram(t, guids[0]))); cd != "0000" {
-			return poll.Continue("got %s", cd)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(20*time.Second), poll.WithDelay(300*time.Millisecond))
-	assert.Equal(t, getRow(t, ldb, guids[0]).Attempts, 2)
-	assert.Equal(t, c.stats(t).AppliedByGUID[guids[0]], 1)
 }
 
 // --version names the VCS revision of a build from a git checkout and the

@@ -205,6 +205,13 @@ func (c *Core) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/transfers", c.postTransfer)
 	mux.HandleFunc("GET /v1/transfers/{guid}", c.getTransfer)
+	// Anything else is logged too, so that a test can see every request a
+	// relay made (the relay must send nothing but its claimed transfers).
+	// The 404 carries no NOT_FOUND code: it proves nothing about a GUID.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		c.log("unknown request", "method", r.Method, "path", r.URL.Path, "status", 404)
+		writeJSON(w, http.StatusNotFound, map[string]string{"code": "NO_SUCH_PATH"})
+	})
 	mux.HandleFunc("GET /_stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, c.Stats()) })
 	mux.HandleFunc("POST /_reset", func(w http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()

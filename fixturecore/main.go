@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -23,6 +22,9 @@ type flags struct {
 	Quiet  bool        `name:"quiet" help:"Log no requests."`
 	cli.Logging
 }
+
+// Validate refuses a bad --listen as a usage error, as every binary does.
+func (f *flags) Validate() error { return cli.CheckListen("--listen", f.Listen) }
 
 func main() {
 	var f flags
@@ -43,7 +45,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log.Info("fixturecore started", "listen", srv.Addr, "slow_s", f.Slow.D().Seconds(), "state", f.State)
-	fmt.Fprintf(os.Stderr, "listening addr=%s\n", srv.Addr)
+	cli.Listening(os.Stderr, f.LogFormat, "listening addr="+srv.Addr)
 	<-ctx.Done()
 	srv.Shutdown(time.Duration(f.Slow.D()) + time.Second)
 	log.Info("fixturecore stopped")

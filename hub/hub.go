@@ -31,7 +31,11 @@ type Store interface {
 
 // Core is the part of the core client the relay uses.
 type Core interface {
+	// Transfer sends one transfer (at most one POST).
 	Transfer(ctx context.Context, tr coreapi.TransferRequest, lease time.Time) coreapi.Result
+	// Reach obtains a connection to the core and closes it, sending
+	// nothing: how the relay learns that the core is back during an outage.
+	Reach(ctx context.Context) error
 }
 
 // LeaseFor is the lease of a claim whose holder connects to the core within
@@ -208,23 +212,25 @@ func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, m
 			s.metrics.LedgerAnswer(row.State)
 			return tx.replyNew(dedup.CodeNotSent)
 		}
-		if !s.breaker.allow() {
-			s.metrics.LedgerAnswer(row.State)
-			// The core refuses connections: a reclaim now would only burn
-			// an attempt on a send that cannot happen.
-			tx.fail(slog.LevelInfo, "core unreachable (breaker open): not reclaimed, no attempt used")
-			return tx.replyNew(dedup.CodeNotSent)
+		if s.outage.down() {
+			// The core refused the last sends: reclaim only once a
+			// connection can be obtained, so that an outage burns no
+			// attempt, and send at once when it can.
+			if err := s.core.Reach(ctx); err != nil {
+				s.metrics.LedgerAnswer(row.State)
+				tx.fail(slog.LevelInfo, "core unreachable ("+err.Error()+"): not reclaimed, no attempt used")
+				return tx.replyNew(dedup.CodeNotSent)
+			}
+			s.outage.reached()
 		}
 		asked := time.Now()
 		attempt, claimed, err := s.store.Reclaim(ctx, tx.req.GUID, tx.req.Raw, 0)
 		if err != nil {
-			s.breaker.abandon()
 			s.ledgerTrouble(err)
 			tx.fail(slog.LevelError, "reclaim failed, not sent: "+err.Error())
 			return tx.replyNew(dedup.CodeNotSent)
 		}
 		if !claimed {
-			s.breaker.abandon()
 			// Someone else reclaimed it first: answer from what it is now.
 			now, err := s.store.Get(ctx, tx.req.GUID)
 			if err != nil || now == nil {
@@ -264,7 +270,7 @@ func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte, 
 	coreStart := time.Now()
 	res := s.core.Transfer(ctx, coreapi.NewTransferRequest(tx.req), lease)
 	tx.core = time.Since(coreStart)
-	s.breaker.record(res)
+	s.outage.record(res)
 	if !res.LeaseExpired { // refused for its lease, nothing was POSTed
 		s.metrics.CoreRequest(res.State, tx.core)
 	}

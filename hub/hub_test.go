@@ -15,15 +15,23 @@ import (
 	"dedup/lhstd"
 )
 
-// countingCore answers every transfer with res and counts the calls.
+// countingCore answers every transfer with res and counts the calls; Reach
+// answers reachErr and counts the checks.
 type countingCore struct {
-	calls atomic.Int32
-	res   coreapi.Result
+	calls    atomic.Int32
+	reaches  atomic.Int32
+	res      coreapi.Result
+	reachErr error
 }
 
 func (c *countingCore) Transfer(context.Context, coreapi.TransferRequest, time.Time) coreapi.Result {
 	c.calls.Add(1)
 	return c.res
+}
+
+func (c *countingCore) Reach(context.Context) error {
+	c.reaches.Add(1)
+	return c.reachErr
 }
 
 const g1 = "20261129MOB000000000000000000001"
@@ -139,4 +147,42 @@ func TestClaimThatCannotBeCommittedSendsNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An outage burns no attempts and the core's return is used at once: while
+// fewer than 3 sends have obtained no connection a FAILED/E902 row's
+// retransmission is reclaimed and sent; from the third on it is reclaimed
+// only after a connection check succeeds, and the first check that
+// succeeds lets it go at once.
+func TestOutageBurnsNoAttemptsAndTheCoresReturnIsUsedAtOnce(t *testing.T) {
+	st := newMemStore()
+	down := coreapi.Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, NoConnection: true}
+	core := &countingCore{res: down, reachErr: errors.New("connection refused")}
+	s := New(Config{Store: st, Core: core})
+	req := request(t, 150000)
+
+	for i, want := range []int{1, 2, 3} { // the first send, then two reclaims
+		assert.Equal(t, lhstd.ReplyCode(s.Process(req)), "E902")
+		assert.Equal(t, st.rows[g1].Attempts, want, "send %d", i+1)
+	}
+	assert.Equal(t, core.reaches.Load(), int32(0), "checked the core before it counted as down")
+	for i := 0; i < 10; i++ {
+		assert.Equal(t, lhstd.ReplyCode(s.Process(req)), "E902")
+	}
+	assert.Equal(t, st.rows[g1].Attempts, 3, "retransmissions during the outage burnt attempts")
+	assert.Equal(t, core.calls.Load(), int32(3), "a send went to a core known to be down")
+	assert.Equal(t, core.reaches.Load(), int32(10))
+
+	// The core accepts connections again: the next retransmission goes.
+	core.reachErr, core.res = nil, coreapi.Result{State: dedup.StateDone, Code: "0000", Body: okBody(t)}
+	assert.Equal(t, lhstd.ReplyCode(s.Process(req)), "0000")
+	assert.Equal(t, st.rows[g1].Attempts, 4)
+	assert.Equal(t, core.calls.Load(), int32(4))
+
+	// A lease that ran out says nothing about the core.
+	o := newOutage(3)
+	for i := 0; i < 5; i++ {
+		o.record(coreapi.Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, LeaseExpired: true})
+	}
+	assert.Assert(t, !o.down())
 }

@@ -37,11 +37,9 @@ type Config struct {
 	// Lease is how long after asking for a claim its holder may still
 	// write the request to the core (0: no lease; see LeaseFor).
 	Lease time.Duration
-	// BreakerAfter consecutive connection failures open the core breaker
-	// (0: DefaultBreakerAfter); BreakerPause is how long it stays open
-	// before one probe may pass (0: DefaultBreakerPause).
-	BreakerAfter int
-	BreakerPause time.Duration
+	// OutageAfter consecutive sends without a connection make the core
+	// count as down (0: DefaultOutageAfter); see outage.
+	OutageAfter int
 	// Metrics, if not nil, counts what the relay does.
 	Metrics *metrics.Relay
 	// FrameTimeout, WriteTimeout and SweepInterval default to the package
@@ -62,7 +60,7 @@ type Server struct {
 	orphanAfter  time.Duration
 	sweepEvery   time.Duration
 	lease        time.Duration
-	breaker      *breaker
+	outage       *outage
 	trouble      troubleLog
 	metrics      *metrics.Relay
 
@@ -89,7 +87,7 @@ func New(cfg Config) *Server {
 		store: cfg.Store, core: cfg.Core, log: cfg.Logger,
 		idleTimeout: cfg.IdleTimeout, frameTimeout: cfg.FrameTimeout, writeTimeout: cfg.WriteTimeout,
 		orphanAfter: cfg.OrphanAfter, sweepEvery: cfg.SweepInterval, lease: cfg.Lease,
-		breaker: newBreaker(cfg.BreakerAfter, cfg.BreakerPause), metrics: cfg.Metrics,
+		outage: newOutage(cfg.OutageAfter), metrics: cfg.Metrics,
 		listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
 		stopSweep: make(chan struct{}), sweepDone: make(chan struct{}),
 	}

@@ -114,7 +114,11 @@ func run(f *flags) int {
 		}
 		write(out)
 		if f.Format == "text" {
-			fmt.Fprintf(os.Stderr, "inspect: %d %s rows not updated for %gs (limit %d)\n", len(rows), st, f.OlderThan.D().Seconds(), f.Limit)
+			age := ""
+			if f.OlderThan > 0 {
+				age = fmt.Sprintf(" not updated for %gs", f.OlderThan.D().Seconds())
+			}
+			fmt.Fprintf(os.Stderr, "inspect: %d %s rows%s, oldest first (limit %d)\n", len(rows), st, age, f.Limit)
 		}
 	default:
 		status := cli.ExitOK

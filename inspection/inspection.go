@@ -105,7 +105,10 @@ func WriteText(w io.Writer, rows []Row) {
 			code = "-"
 		}
 		fmt.Fprintf(w, "state       %s %s (%s)\n", r.State, code, r.Meaning)
-		fmt.Fprintf(w, "attempts    %d\n", r.Attempts)
+		// The ledger counts claims, not POSTs: a claim whose send obtained
+		// no connection (E902) reached nothing. Say so, so that an
+		// investigator does not read "6" as six calls to the core.
+		fmt.Fprintf(w, "attempts    %d (claims and reclaims for a send; not every one reached the core: see the relay's and reprocess's tx lines)\n", r.Attempts)
 		fmt.Fprintf(w, "updated_at  %s UTC (%s ago)\n", r.UpdatedAt, time.Duration(r.AgeSeconds)*time.Second)
 		switch {
 		case r.Request == nil:

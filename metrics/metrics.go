@@ -77,7 +77,7 @@ func New() *Relay {
 	m.commitWrites = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedup_ledger_commit_writes",
 		Help: "Writes carried by one ledger commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)})
 	rows := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_ledger_rows",
-		Help: "Ledger rows per state, refreshed from the ledger at most every 15 s."}, []string{"state"})
+		Help: "Ledger rows per state, refreshed from the ledger every --metrics-refresh seconds."}, []string{"state"})
 	oldest := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_ledger_oldest_age_seconds",
 		Help: "Age of the oldest ledger row in the state, 0 if none; refreshed with dedup_ledger_rows."}, []string{"state"})
 	for _, c := range []prometheus.Collector{m.replies, answers, core, m.coreDuration, m.txDuration, m.inflight, m.conns,

@@ -31,7 +31,7 @@ type flags struct {
 	OrphanAfter    cli.Seconds `name:"orphan-after" default:"60" help:"Seconds after which a SENT/RECEIVED row is orphaned and swept to UNKNOWN; at least connect-timeout + timeout + 7."`
 	IdleTimeout    cli.Seconds `name:"idle-timeout" default:"300" help:"Seconds an idle channel connection is kept."`
 	MetricsListen  string      `name:"metrics-listen" placeholder:"ADDR" help:"HTTP address for /metrics, /healthz and /readyz (default off); port 0 picks a free port."`
-	MetricsRefresh cli.Seconds `name:"metrics-refresh" default:"15" hidden:"" help:"Seconds between refreshes of the ledger gauges (tests shorten it)."`
+	MetricsRefresh cli.Seconds `name:"metrics-refresh" default:"15" help:"Seconds between refreshes of the ledger gauges (dedup_ledger_rows, dedup_ledger_oldest_age_seconds)."`
 	Synchronous    string      `name:"synchronous" enum:"full,normal" default:"full" help:"Durability of each commit: full, or normal (SQLite NORMAL; PostgreSQL: accept synchronous_commit off/local)."`
 	cli.Logging
 }
@@ -55,12 +55,12 @@ func (f *flags) Validate() error {
 	if err := coreapi.CheckBaseURL(f.Core); err != nil {
 		return fmt.Errorf("--core: %v", err)
 	}
-	if _, err := net.ResolveTCPAddr("tcp", f.Listen); err != nil {
-		return fmt.Errorf("--listen: %q is not a HOST:PORT this host can listen on: %v", f.Listen, err)
+	if err := cli.CheckListen("--listen", f.Listen); err != nil {
+		return err
 	}
 	if f.MetricsListen != "" {
-		if _, err := net.ResolveTCPAddr("tcp", f.MetricsListen); err != nil {
-			return fmt.Errorf("--metrics-listen: %q is not a HOST:PORT this host can listen on: %v", f.MetricsListen, err)
+		if err := cli.CheckListen("--metrics-listen", f.MetricsListen); err != nil {
+			return err
 		}
 	}
 	if f.MetricsRefresh <= 0 {
@@ -109,11 +109,12 @@ func run(f *flags, log *slog.Logger) int {
 		fmt.Fprintf(os.Stderr, "relay: error: ledger %s: %v\n", backend.Describe(f.DB), err)
 		return cli.ExitRuntime
 	}
-	// Say it once, at start, if the core does not answer: every transfer
-	// would get E902 until it does. The probe is an inquiry (a GET that
-	// cannot apply anything); the relay serves anyway, the core may come.
-	if err := core.Probe(context.Background()); err != nil {
-		log.Warn("the core does not answer: every transfer will get E902 until it does; serving anyway", "core", f.Core, "error", err)
+	// Say it once, at start, if the core accepts no connection: every new
+	// GUID would get E902 until it does. The check opens a connection and
+	// sends nothing on it (the relay sends the core nothing but claimed
+	// transfers); the relay serves anyway, the core may come.
+	if err := core.Reach(context.Background()); err != nil {
+		log.Warn("the core accepts no connection: every new GUID will get E902 until it does; serving anyway", "core", f.Core, "error", err)
 	}
 	ln, err := net.Listen("tcp", f.Listen)
 	if err != nil {
@@ -122,6 +123,7 @@ func run(f *flags, log *slog.Logger) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	metricsAddr := "off"
 	if m != nil {
 		mln, err := net.Listen("tcp", f.MetricsListen)
 		if err != nil {
@@ -136,7 +138,8 @@ func run(f *flags, log *slog.Logger) int {
 		rctx, stopRefresh := context.WithCancel(context.Background())
 		defer stopRefresh()
 		go ms.RunRefresher(rctx, func(err error) { log.Warn("ledger gauges not refreshed", "error", err) })
-		cli.Listening(os.Stderr, f.LogFormat, "metrics addr="+mln.Addr().String())
+		metricsAddr = mln.Addr().String()
+		cli.Listening(os.Stderr, f.LogFormat, "metrics addr="+metricsAddr)
 	}
 	srv.StartSweeper()
 	served := make(chan error, 1)
@@ -144,7 +147,7 @@ func run(f *flags, log *slog.Logger) int {
 	log.Info("relay started", "listen", ln.Addr().String(), "db", backend.Describe(f.DB), "core", f.Core,
 		"timeout_s", f.Timeout.D().Seconds(), "connect_timeout_s", f.ConnectTimeout.D().Seconds(),
 		"orphan_after_s", f.OrphanAfter.D().Seconds(), "idle_timeout_s", f.IdleTimeout.D().Seconds(),
-		"lease_s", hub.LeaseFor(f.ConnectTimeout.D()).Seconds(), "synchronous", f.Synchronous, "metrics", f.MetricsListen,
+		"lease_s", hub.LeaseFor(f.ConnectTimeout.D()).Seconds(), "synchronous", f.Synchronous, "metrics", metricsAddr,
 		"version", cli.VersionString())
 	// Scripts that pass port 0 read the port from this line.
 	cli.Listening(os.Stderr, f.LogFormat, "listening addr="+ln.Addr().String())
