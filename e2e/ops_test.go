@@ -257,7 +257,7 @@ func TestUsageErrorsNameTheFlagAndCreateNothing(t *testing.T) {
 		{"relay", []string{"--orphan-after", "3"}, "--orphan-after"},
 		{"relay", []string{"--listen", "foo"}, "--listen:"},
 		{"fixturecore", []string{"--listen", "foo"}, "--listen:"},
-		{"relay", []string{"--core", "ftp://x"}, "want http://HOST:PORT or https://HOST:PORT"},
+		{"relay", []string{"--core", "gopher://x"}, "want http://HOST:PORT or https://HOST:PORT"},
 	} {
 		t.Run(tc.bin+" "+strings.Join(tc.args, " "), func(t *testing.T) {
 			dir := t.TempDir()

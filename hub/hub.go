@@ -10,6 +10,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"dedup/coreapi"
 	"dedup/ledger"
 	"dedup/lhstd"
+	"dedup/metrics"
 )
 
 // Store is the part of the ledger the relay uses. Every ledger.Ledger implements
@@ -57,7 +59,7 @@ var beforeSend func(memo string)
 
 // txn is one request's trip through the relay, for its log line.
 type txn struct {
-	peer     string // the channel connection's remote address
+	peer     Peer // the channel connection
 	req      *lhstd.Request
 	start    time.Time
 	from     string // the row's state when the request arrived ("none" if new)
@@ -72,21 +74,34 @@ type txn struct {
 // nil if the telegram cannot be answered (shorter than its header) and the
 // connection must be closed. It never depends on the channel's connection:
 // once called, the transaction runs to its end and its outcome is recorded.
-func (s *Server) Process(t []byte) []byte { return s.ProcessFrom("", t) }
+func (s *Server) Process(t []byte) []byte { return s.ProcessFrom(Peer{}, t) }
 
-// ProcessFrom is Process for a telegram that arrived from peer (the
-// channel connection's remote address, for the log).
-func (s *Server) ProcessFrom(peer string, t []byte) []byte {
+// ProcessFrom is Process for a telegram that arrived from peer. A peer
+// whose client certificate does not allow the telegram's channel code gets
+// E900 without the ledger being read or written or the core called.
+func (s *Server) ProcessFrom(peer Peer, t []byte) []byte {
 	start := time.Now()
 	req, err := lhstd.ParseRequest(t)
 	if errors.Is(err, lhstd.ErrShort) {
-		s.log.Warn("unanswerable telegram, closing connection", "peer", peer, "bytes", len(t), "error", err)
+		s.refusals.Log("malformed", slog.LevelWarn, "unanswerable telegram, closing connection",
+			slog.String("peer", peer.Addr), slog.Int("bytes", len(t)), slog.String("error", err.Error()))
 		return nil
 	}
 	if err != nil {
 		h, _ := lhstd.ParseHeader(t)
-		s.log.Warn("tx", "peer", peer, "guid", printable(h.GUID), "tx_code", printable(h.TxCode), "code", dedup.CodeMalformed,
-			"state", "none", "attempts", 0, "ms", ms(time.Since(start)), "detail", err.Error())
+		s.refusals.Log("malformed", slog.LevelWarn, "tx", s.peerAttrs(peer, slog.String("guid", printable(h.GUID)),
+			slog.String("tx_code", printable(h.TxCode)), slog.String("code", dedup.CodeMalformed), slog.String("state", "none"),
+			slog.Int("attempts", 0), slog.Float64("ms", ms(time.Since(start))), slog.String("detail", err.Error()))...)
+		return lhstd.Reply(t, dedup.CodeMalformed, nil)
+	}
+	if !peer.allows(req.Channel) {
+		// Channel binding: a gateway may send only as the channels its
+		// certificate names, and so cannot claim another channel's GUIDs.
+		s.metrics.Rejected(metrics.RejectChannelNotAllowed)
+		s.refusals.Log(metrics.RejectChannelNotAllowed, slog.LevelWarn, "tx", s.peerAttrs(peer, slog.String("guid", req.GUID),
+			slog.String("tx_code", req.TxCode), slog.String("channel", req.Channel), slog.String("code", dedup.CodeMalformed),
+			slog.String("state", "none"), slog.Int("attempts", 0), slog.Float64("ms", ms(time.Since(start))),
+			slog.String("detail", fmt.Sprintf("channel %s not allowed for client certificate CN=%s", req.Channel, peer.Client)))...)
 		return lhstd.Reply(t, dedup.CodeMalformed, nil)
 	}
 	tx := &txn{peer: peer, req: req, start: start, from: "none", logLevel: slog.LevelInfo}
@@ -104,9 +119,7 @@ func (s *Server) logTx(tx *txn, reply []byte) {
 	if tx.to != "" && tx.to != tx.from {
 		state = tx.from + "->" + tx.to
 	}
-	attrs := make([]slog.Attr, 0, 11)
-	attrs = append(attrs, slog.String("peer", tx.peer),
-		slog.String("guid", tx.req.GUID), slog.String("tx_code", tx.req.TxCode), slog.String("channel", tx.req.Channel),
+	attrs := s.peerAttrs(tx.peer, slog.String("guid", tx.req.GUID), slog.String("tx_code", tx.req.TxCode), slog.String("channel", tx.req.Channel),
 		slog.String("code", lhstd.ReplyCode(reply)), slog.String("state", state), slog.Int("attempts", tx.attempt),
 		slog.Float64("ms", ms(time.Since(tx.start))))
 	if tx.core > 0 {
@@ -116,6 +129,17 @@ func (s *Server) logTx(tx *txn, reply []byte) {
 		attrs = append(attrs, slog.String("detail", tx.detail))
 	}
 	s.log.LogAttrs(context.Background(), tx.logLevel, "tx", attrs...)
+}
+
+// peerAttrs starts a transaction's log line: the peer's address and, with
+// client certificates, its CN.
+func (s *Server) peerAttrs(p Peer, attrs ...slog.Attr) []slog.Attr {
+	out := make([]slog.Attr, 0, len(attrs)+4)
+	out = append(out, slog.String("peer", p.Addr))
+	if s.clientCerts {
+		out = append(out, slog.String("client", p.Client))
+	}
+	return append(out, attrs...)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -199,6 +223,12 @@ func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, m
 		return tx.replyNew(dedup.CodeUnknown)
 	case dedup.StateDone:
 		if row.Response != nil {
+			if why := unusableReply(row.Response, tx.req.GUID); why != "" {
+				// Written by another tool: answering it would send the
+				// channel a telegram that is not a reply to it.
+				tx.fail(slog.LevelError, "DONE row's stored reply is unusable ("+why+"); answering E901")
+				return tx.replyNew(dedup.CodeUnknown)
+			}
 			return row.Response // byte for byte, the first request's sent_at included
 		}
 		// A DONE row written by another tool without a stored reply.
@@ -248,6 +278,23 @@ func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, m
 	}
 	tx.fail(slog.LevelError, "row in unknown state "+string(row.State))
 	return tx.replyNew(dedup.CodeUnknown)
+}
+
+// unusableReply says why a DONE row's stored reply cannot be sent back
+// as the reply to guid ("" if it can): shorter than a header, another
+// GUID's, no code, or too long for a frame.
+func unusableReply(reply []byte, guid string) string {
+	switch {
+	case len(reply) < lhstd.HeaderLen:
+		return fmt.Sprintf("%d bytes, shorter than a header", len(reply))
+	case len(reply) > lhstd.MaxTelegram:
+		return fmt.Sprintf("%d bytes, longer than a frame may carry", len(reply))
+	case string(reply[:len(guid)]) != guid:
+		return "it names another GUID"
+	case !lhstd.IsResponseCode(lhstd.ReplyCode(reply)):
+		return "no response code in it"
+	}
+	return ""
 }
 
 // send calls the core for a claim this relay holds, records the outcome

@@ -1,13 +1,18 @@
 package hub
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
 
 	"dedup"
 	"dedup/coreapi"
@@ -35,6 +40,9 @@ func (c *countingCore) Reach(context.Context) error {
 }
 
 const g1 = "20261129MOB000000000000000000001"
+
+var otherRequest, _ = lhstd.NewTransferRequest("20261129MOB000000000000000000002", "MOB", "20261129093000",
+	lhstd.Transfer{From: "11020030004001", To: "11020030004002", Amount: 1, Memo: "m"})
 
 func request(t *testing.T, amount int64) []byte {
 	t.Helper()
@@ -66,6 +74,9 @@ func TestRowsWrittenByOtherTools(t *testing.T) {
 		{"FAILED E902 with NULL request is reclaimed and sent", ledger.Row{State: dedup.StateFailed, RspCode: "E902", Attempts: 1}, "0000", 1, dedup.StateDone},
 		{"DONE without a stored reply and a B2xx code", ledger.Row{State: dedup.StateDone, RspCode: "B201", Attempts: 1}, "B201", 0, dedup.StateDone},
 		{"DONE 0000 without a stored reply cannot be rebuilt", ledger.Row{State: dedup.StateDone, RspCode: "0000", Attempts: 1}, "E901", 0, dedup.StateDone},
+		{"DONE with a 1-byte stored reply", ledger.Row{State: dedup.StateDone, RspCode: "0000", Response: []byte("x"), Attempts: 1}, "E901", 0, dedup.StateDone},
+		{"DONE with a garbage stored reply", ledger.Row{State: dedup.StateDone, RspCode: "0000", Response: bytes.Repeat([]byte{0xff}, 200), Attempts: 1}, "E901", 0, dedup.StateDone},
+		{"DONE with another GUID's reply", ledger.Row{State: dedup.StateDone, RspCode: "0000", Response: lhstd.Reply(otherRequest, "0000", nil), Attempts: 1}, "E901", 0, dedup.StateDone},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newMemStore()
@@ -185,4 +196,59 @@ func TestOutageBurnsNoAttemptsAndTheCoresReturnIsUsedAtOnce(t *testing.T) {
 		o.record(coreapi.Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, LeaseExpired: true})
 	}
 	assert.Assert(t, !o.down())
+}
+
+// Channel binding: a telegram whose channel code the client certificate
+// does not name gets E900, and neither the ledger nor the core hears of it.
+func TestChannelNotAllowedForTheCertificateIsE900WithoutRowOrCall(t *testing.T) {
+	st := newMemStore()
+	core := &countingCore{res: coreapi.Result{State: dedup.StateDone, Code: "0000", Body: okBody(t)}}
+	s := New(Config{Store: st, Core: core, ClientCerts: true})
+	req := request(t, 150000) // channel MOB
+	for _, p := range []Peer{{Client: "ibk-gw", Channels: []string{"IBK"}}, {Client: "nobody", Channels: []string{}}} {
+		reply := s.ProcessFrom(p, req)
+		assert.Equal(t, string(reply), string(lhstd.Reply(req, "E900", nil)))
+	}
+	assert.Equal(t, len(st.rows), 0)
+	assert.Equal(t, core.calls.Load(), int32(0))
+	reply := s.ProcessFrom(Peer{Client: "mob-gw", Channels: []string{"ATM", "MOB"}}, req)
+	assert.Equal(t, lhstd.ReplyCode(reply), "0000")
+}
+
+// A flood of refusals writes at most RefusalLinesPerSecond lines a second
+// for its reason, then one line that counts the rest.
+func TestRefusalLogIsRateLimitedAndCountsWhatItLeftOut(t *testing.T) {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+	r := newRefusalLog(log)
+	for i := 0; i < 500; i++ {
+		r.Log("malformed", slog.LevelWarn, "bad frame")
+	}
+	r.Log("max_conns", slog.LevelWarn, "refused") // another reason has its own share
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		if !strings.Contains(buf.String(), "suppressed=") {
+			return poll.Continue("no suppressed line yet")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Second), poll.WithDelay(20*time.Millisecond))
+	mu.Lock()
+	defer mu.Unlock()
+	out := buf.String()
+	assert.Equal(t, strings.Count(out, "msg=\"bad frame\""), RefusalLinesPerSecond, out)
+	assert.Equal(t, strings.Count(out, "msg=refused"), 1, out)
+	assert.Assert(t, strings.Contains(out, "suppressed=490 reason=malformed"), out)
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }

@@ -3,11 +3,15 @@ package hub
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,11 +46,69 @@ type Config struct {
 	OutageAfter int
 	// Metrics, if not nil, counts what the relay does.
 	Metrics *metrics.Relay
+	// TLS, if not nil, makes the channel listener speak TLS (the
+	// handshake has the frame timeout). With ClientCerts it must require
+	// and verify a client certificate; each certificate then names the
+	// channel codes it may send (channel binding, see Peer).
+	TLS         *tls.Config
+	ClientCerts bool
+	// MaxConns bounds the open channel connections, TLS handshakes
+	// included (0: DefaultMaxConns); one more is closed at once.
+	MaxConns int
 	// FrameTimeout, WriteTimeout and SweepInterval default to the package
 	// constants; tests shorten them.
 	FrameTimeout  time.Duration
 	WriteTimeout  time.Duration
 	SweepInterval time.Duration
+}
+
+// DefaultMaxConns is the default of --max-conns.
+const DefaultMaxConns = 1024
+
+// ChannelURIPrefix begins the URI SANs of a channel's client certificate
+// that name the channel codes it may send: urn:dedup:channel:MOB.
+const ChannelURIPrefix = "urn:dedup:channel:"
+
+// Peer is the channel at the other end of a connection, as far as the
+// relay knows it.
+type Peer struct {
+	Addr string // the connection's remote address
+	// Client is the client certificate's subject CN; empty when the
+	// listener requires no client certificate.
+	Client string
+	// Channels are the channel codes the client certificate allows (its
+	// urn:dedup:channel:XXX URI SANs). nil means any: the listener
+	// requires no client certificate.
+	Channels []string
+}
+
+// allows reports whether the peer may send telegrams of channel code.
+func (p Peer) allows(code string) bool {
+	if p.Channels == nil {
+		return true
+	}
+	for _, c := range p.Channels {
+		if c == code {
+			return true
+		}
+	}
+	return false
+}
+
+// peerOf reads the peer's identity from a completed TLS handshake.
+func peerOf(addr string, cs tls.ConnectionState) Peer {
+	p := Peer{Addr: addr, Channels: []string{}}
+	if len(cs.PeerCertificates) == 0 {
+		return p
+	}
+	leaf := cs.PeerCertificates[0]
+	p.Client = leaf.Subject.CommonName
+	for _, u := range leaf.URIs {
+		if code, ok := strings.CutPrefix(u.String(), ChannelURIPrefix); ok && code != "" {
+			p.Channels = append(p.Channels, code)
+		}
+	}
+	return p
 }
 
 // Server is the relay server. Create it with New, then Serve.
@@ -62,7 +124,11 @@ type Server struct {
 	lease        time.Duration
 	outage       *outage
 	trouble      troubleLog
+	refusals     *refusalLog
 	metrics      *metrics.Relay
+	tls          *tls.Config
+	clientCerts  bool
+	maxConns     int
 
 	shuttingDown atomic.Bool
 	mu           sync.Mutex
@@ -88,11 +154,16 @@ func New(cfg Config) *Server {
 		idleTimeout: cfg.IdleTimeout, frameTimeout: cfg.FrameTimeout, writeTimeout: cfg.WriteTimeout,
 		orphanAfter: cfg.OrphanAfter, sweepEvery: cfg.SweepInterval, lease: cfg.Lease,
 		outage: newOutage(cfg.OutageAfter), metrics: cfg.Metrics,
+		tls: cfg.TLS, clientCerts: cfg.ClientCerts, maxConns: cfg.MaxConns,
 		listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
 		stopSweep: make(chan struct{}), sweepDone: make(chan struct{}),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s.refusals = newRefusalLog(s.log)
+	if s.maxConns <= 0 {
+		s.maxConns = DefaultMaxConns
 	}
 	if s.idleTimeout <= 0 {
 		s.idleTimeout = 300 * time.Second
@@ -171,16 +242,26 @@ func (s *Server) Serve(ln net.Listener) error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || isTemporary(err) {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn("accept failed, retrying", "error", err, "backoff", backoff)
+				s.refusals.Log("accept", slog.LevelWarn, "accept failed, retrying", slog.Any("error", err), slog.Duration("backoff", backoff))
 				time.Sleep(backoff)
 				continue
 			}
 			return err
 		}
 		backoff = 0
-		if !s.track(c) {
+		switch s.track(c) {
+		case closed:
 			c.Close()
 			return ErrServerClosed
+		case full:
+			// Closed at once, nothing read: a flood of idle connections
+			// must not take the file descriptors that real channels,
+			// the ledger and /readyz need.
+			c.Close()
+			s.metrics.Rejected(metrics.RejectMaxConns)
+			s.refusals.Log(metrics.RejectMaxConns, slog.LevelWarn, "connection refused: --max-conns reached",
+				slog.String("peer", c.RemoteAddr().String()), slog.Int("max_conns", s.maxConns))
+			continue
 		}
 		go s.serveConn(c)
 	}
@@ -192,16 +273,27 @@ func isTemporary(err error) bool {
 	return errors.As(err, &t) && t.Temporary()
 }
 
-func (s *Server) track(c net.Conn) bool {
+type trackResult int
+
+const (
+	tracked trackResult = iota
+	closed              // the server is shutting down
+	full                // --max-conns connections are open
+)
+
+func (s *Server) track(c net.Conn) trackResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shuttingDown.Load() {
-		return false
+		return closed
+	}
+	if len(s.conns) >= s.maxConns {
+		return full
 	}
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)
 	s.metrics.Connections(1)
-	return true
+	return tracked
 }
 
 func (s *Server) untrack(c net.Conn) {
@@ -220,18 +312,51 @@ func (s *Server) Serving() bool {
 	return len(s.listeners) > 0 && !s.shuttingDown.Load()
 }
 
+// handshake completes the TLS handshake of a new connection within the
+// frame timeout and returns the connection to read from and its peer.
+func (s *Server) handshake(c net.Conn, remote string) (net.Conn, Peer, error) {
+	if s.tls == nil {
+		return c, Peer{Addr: remote}, nil
+	}
+	tc := tls.Server(c, s.tls)
+	c.SetDeadline(time.Now().Add(s.frameTimeout))
+	if err := tc.Handshake(); err != nil {
+		return nil, Peer{}, err
+	}
+	c.SetDeadline(time.Time{})
+	if !s.clientCerts {
+		return tc, Peer{Addr: remote}, nil
+	}
+	return tc, peerOf(remote, tc.ConnectionState()), nil
+}
+
 // serveConn reads frames one after another and writes each reply before
 // reading the next frame.
-func (s *Server) serveConn(c net.Conn) {
-	defer s.untrack(c)
-	defer c.Close()
-	remote := c.RemoteAddr().String()
+func (s *Server) serveConn(raw net.Conn) {
+	defer s.untrack(raw)
+	defer raw.Close()
+	remote := raw.RemoteAddr().String()
+	// A failure inside one connection's handling closes that connection,
+	// never the process.
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("failure while serving a channel connection; connection closed", "peer", remote,
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	c, peer, err := s.handshake(raw, remote)
+	if err != nil {
+		s.metrics.Rejected(metrics.RejectTLSHandshake)
+		s.refusals.Log(metrics.RejectTLSHandshake, slog.LevelWarn, "TLS handshake refused, connection closed",
+			slog.String("peer", remote), slog.String("error", err.Error()))
+		return
+	}
 	br := bufio.NewReader(c)
 	for {
 		// Idle: wait for the first byte of the next frame. Setting the
 		// deadline before checking for shutdown means Shutdown's "deadline
 		// now" cannot be overwritten unnoticed.
-		c.SetReadDeadline(time.Now().Add(s.idleTimeout))
+		raw.SetReadDeadline(time.Now().Add(s.idleTimeout))
 		if s.shuttingDown.Load() {
 			return
 		}
@@ -241,13 +366,14 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			return
 		}
-		c.SetReadDeadline(time.Now().Add(s.frameTimeout))
+		raw.SetReadDeadline(time.Now().Add(s.frameTimeout))
 		t, err := lhstd.ReadFrame(br)
 		if err != nil {
-			s.log.Warn("bad or incomplete frame, closing connection without reply", "remote", remote, "error", err)
+			s.refusals.Log("malformed", slog.LevelWarn, "bad or incomplete frame, closing connection without reply",
+				slog.String("peer", remote), slog.String("error", err.Error()))
 			return
 		}
-		reply := s.ProcessFrom(remote, t)
+		reply := s.ProcessFrom(peer, t)
 		if reply == nil {
 			return
 		}
@@ -255,7 +381,7 @@ func (s *Server) serveConn(c net.Conn) {
 		if _, err := c.Write(lhstd.AppendFrame(make([]byte, 0, lhstd.LengthFieldLen+len(reply)), reply)); err != nil {
 			// The outcome is already recorded; the channel will retransmit
 			// and get it from the ledger.
-			s.log.Info("reply not delivered, channel gone", "remote", remote, "guid", string(reply[:32]), "error", err)
+			s.log.Info("reply not delivered, channel gone", "peer", remote, "guid", printable(string(reply[:min(len(reply), 32)])), "error", err)
 			return
 		}
 		s.metrics.Reply(lhstd.ReplyCode(reply))

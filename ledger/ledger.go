@@ -146,6 +146,9 @@ type Options struct {
 	// OnCommit, if set, is told of every commit that succeeded: how long
 	// it took and how many writes it carried (a group commit counts once).
 	OnCommit func(d time.Duration, writes int)
+	// Warn, if set, is told of something an operator should fix that does
+	// not stop the ledger from opening (a ledger file others can read).
+	Warn func(msg string, args ...any)
 }
 
 // Faults lets a test make commits fail, to prove that no caller acts on a

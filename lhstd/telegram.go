@@ -326,3 +326,7 @@ func isPrintableASCII(s string) bool {
 
 // IsGUID reports whether s is a valid GUID: 32 characters of [0-9A-Za-z].
 func IsGUID(s string) bool { return len(s) == 32 && isAlnum(s) }
+
+// IsResponseCode reports whether s has the shape of a response code: four
+// characters of [0-9A-Z] (0000, B201, E901, ...).
+func IsResponseCode(s string) bool { return len(s) == 4 && isUpperAlnum(s) }

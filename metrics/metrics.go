@@ -12,10 +12,12 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,7 +52,24 @@ type Relay struct {
 	commitWrites  prometheus.Histogram
 	rows          map[dedup.State]prometheus.Gauge
 	oldest        map[dedup.State]prometheus.Gauge
+	rejected      map[string]prometheus.Counter
+	certExpiry    *prometheus.GaugeVec
 }
+
+// Reasons a channel connection or telegram is refused before the ledger
+// (the reason label of dedup_channel_rejected_total).
+const (
+	RejectTLSHandshake     = "tls_handshake"
+	RejectChannelNotAllowed = "channel_not_allowed"
+	RejectMaxConns         = "max_conns"
+)
+
+// Certificates whose expiry is exported (the cert label of
+// dedup_tls_cert_expiry_timestamp_seconds).
+const (
+	CertListener   = "listener"
+	CertCoreClient = "core_client"
+)
 
 // New returns the relay's metrics on a registry of their own (not the
 // global default), with the Go runtime and process collectors.
@@ -80,8 +99,16 @@ func New() *Relay {
 		Help: "Ledger rows per state, refreshed from the ledger every --metrics-refresh seconds."}, []string{"state"})
 	oldest := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_ledger_oldest_age_seconds",
 		Help: "Age of the oldest ledger row in the state, 0 if none; refreshed with dedup_ledger_rows."}, []string{"state"})
+	rejected := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_channel_rejected_total",
+		Help: "Channel connections or telegrams refused before the ledger, by reason."}, []string{"reason"})
+	m.certExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_tls_cert_expiry_timestamp_seconds",
+		Help: "NotAfter of the loaded TLS certificate, as a Unix time."}, []string{"cert"})
+	m.rejected = map[string]prometheus.Counter{}
+	for _, r := range []string{RejectTLSHandshake, RejectChannelNotAllowed, RejectMaxConns} {
+		m.rejected[r] = rejected.WithLabelValues(r)
+	}
 	for _, c := range []prometheus.Collector{m.replies, answers, core, m.coreDuration, m.txDuration, m.inflight, m.conns,
-		m.commitSeconds, m.commitWrites, rows, oldest} {
+		m.commitSeconds, m.commitWrites, rows, oldest, rejected, m.certExpiry} {
 		f(c)
 	}
 	m.answers = map[dedup.State]prometheus.Counter{}
@@ -99,6 +126,26 @@ func New() *Relay {
 		m.oldest[st] = oldest.WithLabelValues(string(st))
 	}
 	return m
+}
+
+// Rejected counts a channel connection or telegram refused before the
+// ledger, for reason (one of the Reject constants).
+func (m *Relay) Rejected(reason string) {
+	if m == nil {
+		return
+	}
+	if c, ok := m.rejected[reason]; ok {
+		c.Inc()
+	}
+}
+
+// CertExpiry sets the NotAfter of the loaded certificate cert (one of the
+// Cert constants).
+func (m *Relay) CertExpiry(cert string, notAfter time.Time) {
+	if m == nil {
+		return
+	}
+	m.certExpiry.WithLabelValues(cert).Set(float64(notAfter.Unix()))
 }
 
 // Reply counts a reply written to a channel.
@@ -185,7 +232,7 @@ type Server struct {
 	l       ledger.Ledger
 	every   time.Duration
 	serving func() bool
-	ready   atomic.Value // string: "" when ready, else why not
+	log     *slog.Logger
 }
 
 // NewServer returns the endpoint for m, reading l for the ledger gauges
@@ -195,8 +242,12 @@ func NewServer(m *Relay, l ledger.Ledger, every time.Duration, serving func() bo
 	if every <= 0 {
 		every = RefreshEvery
 	}
-	return &Server{m: m, l: l, every: every, serving: serving}
+	return &Server{m: m, l: l, every: every, serving: serving, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
+
+// SetLogger sets where /readyz logs why the relay is not ready (the
+// network is told only which part is not).
+func (s *Server) SetLogger(l *slog.Logger) { s.log = l }
 
 // Refresh reads the ledger's per-state counts once and sets the gauges.
 func (s *Server) Refresh(ctx context.Context) error {
@@ -238,7 +289,8 @@ func (s *Server) Handler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if why := s.notReady(r.Context()); why != "" {
+		if why, err := s.notReady(r.Context()); why != "" {
+			s.log.Warn("readiness check failed", "part", why, "error", err)
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, why)
 			return
@@ -248,14 +300,16 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-func (s *Server) notReady(ctx context.Context) string {
+// notReady says which part is not ready ("" if all are) and, for the log
+// only, why: an error may name a database host.
+func (s *Server) notReady(ctx context.Context) (string, error) {
 	if s.serving != nil && !s.serving() {
-		return "not ready: the channel listener is not accepting"
+		return "not ready: listener", errors.New("the channel listener is not accepting")
 	}
 	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
 	if _, err := s.l.Get(ctx, readyProbeGUID); err != nil {
-		return "not ready: the ledger did not answer a read within 1s: " + err.Error()
+		return "not ready: ledger", fmt.Errorf("the ledger did not answer a read within %v: %w", ReadyTimeout, err)
 	}
-	return ""
+	return "", nil
 }

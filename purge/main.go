@@ -25,6 +25,7 @@ func main() {
 	var f flags
 	cli.Parse("purge", "Delete DONE rows older than --days days; keep every other state.", &f, os.Args[1:])
 	log := f.Logger(os.Stderr)
+	f.WarnInsecure(log)
 	if f.Days == 0 {
 		log.Warn("purge --days 0 forgets every finished transaction: a retransmission of one would be sent to the core again")
 	}

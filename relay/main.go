@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"dedup/certs"
 	"dedup/cli"
-	"dedup/coreapi"
 	"dedup/hub"
 	"dedup/ledger"
 	"dedup/ledger/backend"
@@ -23,16 +23,19 @@ import (
 )
 
 type flags struct {
-	DB             string      `name:"db" default:"relay.db" help:"Ledger: a SQLite file path (on a local file system), or a postgres:// URL."`
-	Listen         string      `name:"listen" default:"127.0.0.1:9101" help:"TCP address for channels (lhstd frames); port 0 picks a free port."`
-	Core           string      `name:"core" default:"http://127.0.0.1:9201" help:"The core's base URL."`
-	Timeout        cli.Seconds `name:"timeout" default:"3" help:"Seconds for the whole exchange with the core once connected; then E901."`
-	ConnectTimeout cli.Seconds `name:"connect-timeout" default:"1" help:"Seconds to obtain a connection to the core; then E902."`
+	DB       string    `name:"db" default:"relay.db" help:"Ledger: a SQLite file path (on a local file system), or a postgres:// URL."`
+	Listen   string    `name:"listen" default:"127.0.0.1:9101" help:"TCP address for channels (lhstd frames); port 0 picks a free port."`
+	TLSCert  string    `name:"tls-cert" placeholder:"FILE" help:"PEM certificate chain: the channel listener speaks TLS (with --tls-key)."`
+	TLSKey   string    `name:"tls-key" placeholder:"FILE" help:"PEM key of --tls-cert."`
+	ClientCA string    `name:"client-ca" placeholder:"FILE" help:"PEM bundle: every channel must present a client certificate chaining to it; its urn:dedup:channel:XXX URI SANs name the channel codes it may send."`
+	MaxConns cli.Whole `name:"max-conns" default:"1024" help:"Open channel connections (TLS handshakes included); one more is closed at once."`
+	cli.CoreFlags
 	OrphanAfter    cli.Seconds `name:"orphan-after" default:"60" help:"Seconds after which a SENT/RECEIVED row is orphaned and swept to UNKNOWN; at least connect-timeout + timeout + 7."`
 	IdleTimeout    cli.Seconds `name:"idle-timeout" default:"300" help:"Seconds an idle channel connection is kept."`
 	MetricsListen  string      `name:"metrics-listen" placeholder:"ADDR" help:"HTTP address for /metrics, /healthz and /readyz (default off); port 0 picks a free port."`
 	MetricsRefresh cli.Seconds `name:"metrics-refresh" default:"15" help:"Seconds between refreshes of the ledger gauges (dedup_ledger_rows, dedup_ledger_oldest_age_seconds)."`
 	Synchronous    string      `name:"synchronous" enum:"full,normal" default:"full" help:"Durability of each commit: full, or normal (SQLite NORMAL; PostgreSQL: accept synchronous_commit off/local)."`
+	DBInsecure     bool        `name:"db-insecure" help:"Allow a PostgreSQL host that is not loopback without sslmode=verify-full or verify-ca (plain text or an unverified server)."`
 	cli.Logging
 }
 
@@ -44,16 +47,22 @@ func (f *flags) Validate() error {
 	for _, c := range []struct {
 		name string
 		v    cli.Seconds
-	}{{"--timeout", f.Timeout}, {"--connect-timeout", f.ConnectTimeout}, {"--orphan-after", f.OrphanAfter}, {"--idle-timeout", f.IdleTimeout}} {
+	}{{"--orphan-after", f.OrphanAfter}, {"--idle-timeout", f.IdleTimeout}} {
 		if c.v <= 0 {
 			return fmt.Errorf("%s must be greater than 0", c.name)
 		}
 	}
-	if err := backend.Check(f.DB); err != nil {
+	if err := backend.Check(f.DB, f.DBInsecure); err != nil {
 		return fmt.Errorf("--db: %v", err)
 	}
-	if err := coreapi.CheckBaseURL(f.Core); err != nil {
-		return fmt.Errorf("--core: %v", err)
+	if err := f.listenerFiles().Check("--tls-cert", "--tls-key"); err != nil {
+		return err
+	}
+	if f.ClientCA != "" && f.TLSCert == "" {
+		return fmt.Errorf("--client-ca needs --tls-cert and --tls-key")
+	}
+	if f.MaxConns < 1 {
+		return fmt.Errorf("--max-conns must be at least 1")
 	}
 	if err := cli.CheckListen("--listen", f.Listen); err != nil {
 		return err
@@ -70,10 +79,14 @@ func (f *flags) Validate() error {
 	// timeout + the 5 s busy timeout + 2 s for whole-second timestamps.
 	// The claim's lease (hub.LeaseFor: busy timeout + connect timeout +
 	// 1 s) plus the exchange's timeout then stays a second below it.
-	if min := f.ConnectTimeout.D() + f.Timeout.D() + ledger.BusyTimeout + 2*time.Second; f.OrphanAfter.D() < min {
-		return fmt.Errorf("--orphan-after must be at least --connect-timeout + --timeout + 7 = %gs", min.Seconds())
+	if least := f.ConnectTimeout.D() + f.Timeout.D() + ledger.BusyTimeout + 2*time.Second; f.OrphanAfter.D() < least {
+		return fmt.Errorf("--orphan-after must be at least --connect-timeout + --timeout + 7 = %gs", least.Seconds())
 	}
 	return nil
+}
+
+func (f *flags) listenerFiles() certs.Files {
+	return certs.Files{Cert: f.TLSCert, Key: f.TLSKey, CA: f.ClientCA}
 }
 
 func main() {
@@ -84,11 +97,22 @@ func main() {
 }
 
 func run(f *flags, log *slog.Logger) int {
-	core, err := coreapi.New(coreapi.Config{BaseURL: f.Core, ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()})
+	// Certificates first: a bad file is refused before the ledger is
+	// opened or anything is created.
+	var listenerCerts *certs.Set
+	if f.TLSCert != "" {
+		var err error
+		if listenerCerts, err = certs.Load(f.listenerFiles()); err != nil {
+			fmt.Fprintf(os.Stderr, "relay: error: listener TLS: %v\n", err)
+			return cli.ExitRuntime
+		}
+	}
+	core, coreCerts, err := f.CoreClient(0)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
 		return cli.ExitRuntime
 	}
+	cli.WarnDB(log, f.DB, f.DBInsecure)
 	var m *metrics.Relay
 	opts := ledger.Options{Synchronous: f.Synchronous}
 	if f.MetricsListen != "" {
@@ -101,8 +125,20 @@ func run(f *flags, log *slog.Logger) int {
 		return cli.ExitRuntime
 	}
 	defer l.Close()
-	srv := hub.New(hub.Config{Store: l, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D(),
-		Lease: hub.LeaseFor(f.ConnectTimeout.D()), Metrics: m})
+	cfg := hub.Config{Store: l, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D(),
+		Lease: hub.LeaseFor(f.ConnectTimeout.D()), Metrics: m, MaxConns: int(f.MaxConns)}
+	if listenerCerts != nil {
+		if cfg.TLS, err = listenerCerts.ServerConfig(); err != nil {
+			fmt.Fprintf(os.Stderr, "relay: error: listener TLS: %v\n", err)
+			return cli.ExitRuntime
+		}
+		cfg.ClientCerts = listenerCerts.RequiresClientCert()
+		m.CertExpiry(metrics.CertListener, listenerCerts.NotAfter())
+	}
+	if coreCerts != nil && !coreCerts.NotAfter().IsZero() {
+		m.CertExpiry(metrics.CertCoreClient, coreCerts.NotAfter())
+	}
+	srv := hub.New(cfg)
 
 	// Orphans first: a row left SENT by a crash must not answer E903 forever.
 	if err := srv.SweepOrphans(context.Background()); err != nil {
@@ -132,6 +168,7 @@ func run(f *flags, log *slog.Logger) int {
 			return cli.ExitRuntime
 		}
 		ms := metrics.NewServer(m, l, f.MetricsRefresh.D(), srv.Serving)
+		ms.SetLogger(log)
 		hs := &http.Server{Handler: ms.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		go hs.Serve(mln)
 		defer hs.Close()
@@ -144,7 +181,9 @@ func run(f *flags, log *slog.Logger) int {
 	srv.StartSweeper()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("relay started", "listen", ln.Addr().String(), "db", backend.Describe(f.DB), "core", f.Core,
+	go reloadOnHangup(ctx, log, m, listenerCerts, coreCerts)
+	log.Info("relay started", "listen", ln.Addr().String(), "tls", listenerMode(listenerCerts), "max_conns", int(f.MaxConns),
+		"db", backend.Describe(f.DB), "core", f.Core, "core_roots", f.CoreRoots(),
 		"timeout_s", f.Timeout.D().Seconds(), "connect_timeout_s", f.ConnectTimeout.D().Seconds(),
 		"orphan_after_s", f.OrphanAfter.D().Seconds(), "idle_timeout_s", f.IdleTimeout.D().Seconds(),
 		"lease_s", hub.LeaseFor(f.ConnectTimeout.D()).Seconds(), "synchronous", f.Synchronous, "metrics", metricsAddr,
@@ -181,4 +220,46 @@ func run(f *flags, log *slog.Logger) int {
 	}
 	log.Info("relay stopped cleanly")
 	return cli.ExitOK
+}
+
+func listenerMode(c *certs.Set) string {
+	switch {
+	case c == nil:
+		return "off (plain TCP)"
+	case c.RequiresClientCert():
+		return "on, client certificates required (--client-ca " + c.Files().CA + ")"
+	}
+	return "on, no client certificates"
+}
+
+// reloadOnHangup re-reads the certificate files on every SIGHUP until ctx
+// ends: connections opened afterwards use them. A reload that fails keeps
+// the files loaded before and says which file is wrong.
+func reloadOnHangup(ctx context.Context, log *slog.Logger, m *metrics.Relay, listener, core *certs.Set) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		for _, c := range []struct {
+			name string
+			set  *certs.Set
+		}{{metrics.CertListener, listener}, {metrics.CertCoreClient, core}} {
+			if c.set == nil {
+				continue
+			}
+			if err := c.set.Reload(); err != nil {
+				log.Error("SIGHUP: certificate reload failed; the files loaded before stay in use", "cert", c.name, "error", err)
+				continue
+			}
+			if !c.set.NotAfter().IsZero() {
+				m.CertExpiry(c.name, c.set.NotAfter())
+			}
+			log.Info("SIGHUP: certificates reloaded; new connections use them", "cert", c.name, "not_after", c.set.NotAfter().UTC().Format(time.RFC3339))
+		}
+	}
 }

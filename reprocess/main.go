@@ -11,7 +11,6 @@ import (
 
 	"dedup/batch"
 	"dedup/cli"
-	"dedup/coreapi"
 	"dedup/hub"
 	"dedup/ledger"
 )
@@ -36,11 +35,13 @@ func (f *flags) Validate() error {
 func main() {
 	var f flags
 	cli.Parse("reprocess", "Resend FAILED/E902 rows (surely not sent) with their own GUID and stored request.", &f, os.Args[1:])
-	core, err := coreapi.New(coreapi.Config{BaseURL: f.Core, ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()})
+	core, _, err := f.CoreClient(0)
 	if err != nil {
 		cli.Fatal("reprocess", err)
 	}
-	os.Exit(cli.RunJob("reprocess", f.DB, f.JobFlags, f.Logger(os.Stderr), []any{"core", f.Core, "max_attempts", int(f.MaxAttempts), "dry_run", f.DryRun},
+	log := f.Logger(os.Stderr)
+	f.WarnInsecure(log)
+	os.Exit(cli.RunJob("reprocess", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "max_attempts", int(f.MaxAttempts), "dry_run", f.DryRun},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
 			sum, err := batch.Reprocess(ctx, l, core, int(f.MaxAttempts), hub.LeaseFor(f.ConnectTimeout.D()), f.DryRun, log)
 			if sum.Exhausted > 0 {

@@ -9,7 +9,6 @@ import (
 
 	"dedup/batch"
 	"dedup/cli"
-	"dedup/coreapi"
 	"dedup/ledger"
 )
 
@@ -24,11 +23,13 @@ type flags struct {
 func main() {
 	var f flags
 	cli.Parse("resolve", "Settle UNKNOWN rows by inquiry: 200 -> DONE, 404 NOT_FOUND -> FAILED, anything else -> left as is.", &f, os.Args[1:])
-	core, err := coreapi.New(coreapi.Config{BaseURL: f.Core, ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()})
+	core, _, err := f.CoreClient(0)
 	if err != nil {
 		cli.Fatal("resolve", err)
 	}
-	os.Exit(cli.RunJob("resolve", f.DB, f.JobFlags, f.Logger(os.Stderr), []any{"core", f.Core, "min_age_s", f.MinAge.D().Seconds()},
+	log := f.Logger(os.Stderr)
+	f.WarnInsecure(log)
+	os.Exit(cli.RunJob("resolve", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "min_age_s", f.MinAge.D().Seconds()},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
 			return batch.Resolve(ctx, l, core, f.MinAge.D(), log)
 		}))

@@ -19,16 +19,25 @@ func Open(db string, opts ledger.Options) (ledger.Ledger, error) {
 }
 
 // Check reports what is wrong with db without opening or creating anything,
-// so that a binary can refuse a bad --db as a usage error.
-func Check(db string) error {
+// so that a binary can refuse a bad --db as a usage error. insecure
+// (--db-insecure) allows a PostgreSQL host that is not loopback without a
+// verified TLS connection.
+func Check(db string, insecure bool) error {
 	if ledger.IsPostgresURL(db) {
-		return postgres.CheckURL(db)
+		return postgres.CheckURL(db, insecure)
 	}
 	return sqlite.CheckPath(db)
 }
 
-// Describe returns db as it may be shown in logs: a PostgreSQL URL without
-// its password, a SQLite path as it is.
+// CarriesPassword reports whether db holds a password itself (readable by
+// every local user in the process list).
+func CarriesPassword(db string) bool {
+	return ledger.IsPostgresURL(db) && postgres.CarriesPassword(db)
+}
+
+// Describe returns db as it may be shown in logs, errors and summaries: a
+// PostgreSQL URL without its password or any query parameter but sslmode,
+// a SQLite path as it is.
 func Describe(db string) string {
 	if ledger.IsPostgresURL(db) {
 		return postgres.Redact(db)

@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -109,36 +108,6 @@ type Ledger struct {
 
 var _ ledger.Ledger = (*Ledger)(nil)
 
-// Redact returns dsn as it may be shown to a person: the password replaced,
-// everything else (user, host, port, database) kept so that an error names
-// the server.
-func Redact(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "postgres://(unparsable URL)"
-	}
-	return u.Redacted()
-}
-
-// CheckURL reports what is wrong with dsn as a PostgreSQL URL without
-// connecting.
-func CheckURL(dsn string) error {
-	if _, err := pgxpool.ParseConfig(dsn); err != nil {
-		return errors.New(scrub(err.Error(), dsn))
-	}
-	return nil
-}
-
-// scrub removes the password of dsn from msg, whatever the library put in it.
-func scrub(msg, dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			msg = strings.ReplaceAll(msg, pw, "xxxxx")
-		}
-	}
-	return msg
-}
-
 // Open connects to the database at dsn, checks that commits are durable,
 // and applies the schema. Errors name the server (never the password) and
 // the cause.
@@ -154,6 +123,9 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 	sync := strings.ToLower(opts.Synchronous)
 	if sync != "" && sync != "full" && sync != "normal" {
 		return nil, fmt.Errorf("synchronous %q: want full or normal", opts.Synchronous)
+	}
+	if err := checkPassfile(dsn); err != nil {
+		return nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {

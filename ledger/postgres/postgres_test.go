@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -84,9 +85,80 @@ func TestOpenErrorNamesHostNeverPassword(t *testing.T) {
 	assert.ErrorContains(t, err, fmt.Sprintf("127.0.0.1:%d", port))
 	assert.Assert(t, !strings.Contains(err.Error(), "s3cret-pw"), "the password leaked: %v", err)
 
-	err = CheckURL("postgres://relay:s3cret-pw@host:notaport/dedup")
+	err = CheckURL("postgres://relay:s3cret-pw@host:notaport/dedup", false)
 	assert.Assert(t, err != nil)
 	assert.Assert(t, !strings.Contains(err.Error(), "s3cret-pw"), "the password leaked: %v", err)
+}
+
+// No URL form shows its password: not the user-info one, not password=,
+// not sslpassword=, in Redact, in an open error, or in CheckURL's error.
+func TestNoURLFormShowsItsPassword(t *testing.T) {
+	port, err := pgtest.FreePort("127.0.0.1")
+	assert.NilError(t, err)
+	for _, dsn := range []string{
+		fmt.Sprintf("postgres://relay:s3cret-pw@127.0.0.1:%d/dedup?sslmode=disable", port),
+		fmt.Sprintf("postgres://relay@127.0.0.1:%d/dedup?sslmode=disable&password=s3cret-pw", port),
+		fmt.Sprintf("postgresql://relay@127.0.0.1:%d/dedup?sslpassword=s3cret-pw&sslmode=disable", port),
+		fmt.Sprintf("postgres://relay:s3cret-pw@127.0.0.1:%d,127.0.0.1:%d/dedup?password=s3cret-pw&sslmode=disable", port, port),
+	} {
+		t.Run(Redact(dsn), func(t *testing.T) {
+			assert.Assert(t, CarriesPassword(dsn))
+			assert.Assert(t, !strings.Contains(Redact(dsn), "s3cret"), Redact(dsn))
+			assert.Assert(t, strings.Contains(Redact(dsn), "sslmode=disable"), Redact(dsn))
+			_, err := Open(dsn, ledger.Options{})
+			assert.Assert(t, err != nil)
+			assert.Assert(t, !strings.Contains(err.Error(), "s3cret"), "the password leaked: %v", err)
+		})
+	}
+	assert.Assert(t, !CarriesPassword("postgres://relay@db1/dedup?sslmode=verify-full"))
+}
+
+// A host that is not loopback needs verified TLS: an absent sslmode,
+// prefer or require is refused (naming the fix) unless insecure is given.
+func TestNonLoopbackHostNeedsVerifiedTLS(t *testing.T) {
+	t.Setenv("PGSSLMODE", "")
+	for _, tc := range []struct {
+		dsn string
+		ok  bool
+	}{
+		{"postgres://relay@db1.bank:5432/dedup", false},
+		{"postgres://relay@db1.bank:5432/dedup?sslmode=prefer", false},
+		{"postgres://relay@db1.bank:5432/dedup?sslmode=require", false},
+		{"postgres://relay@10.1.2.3:5432/dedup?sslmode=disable", false},
+		{"postgres://relay@127.0.0.1:5432,db2.bank:5432/dedup?sslmode=require", false},
+		{"postgres://relay@db1.bank:5432/dedup?sslmode=verify-full", true},
+		{"postgres://relay@db1.bank:5432/dedup?sslmode=verify-ca", true},
+		{"postgres://relay@127.0.0.1:5432/dedup", true},
+		{"postgres://relay@localhost:5432/dedup?sslmode=disable", true},
+		{"postgres://relay@[::1]:5432/dedup?sslmode=disable", true},
+		{"postgres://relay@/dedup?host=/var/run/postgresql", true},
+	} {
+		t.Run(tc.dsn, func(t *testing.T) {
+			err := CheckURL(tc.dsn, false)
+			if tc.ok {
+				assert.NilError(t, err)
+				return
+			}
+			assert.ErrorContains(t, err, "sslmode=verify-full")
+			assert.NilError(t, CheckURL(tc.dsn, true), "--db-insecure did not allow it")
+		})
+	}
+}
+
+// A password file that group or others can read is refused, naming it.
+func TestLoosePassfileIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	pass := filepath.Join(dir, "pgpass")
+	assert.NilError(t, os.WriteFile(pass, []byte("*:*:*:relay:pw\n"), 0o644))
+	assert.NilError(t, os.Chmod(pass, 0o644))
+	_, err := Open("postgres://relay@127.0.0.1:1/dedup?sslmode=disable&passfile="+pass, ledger.Options{})
+	assert.ErrorContains(t, err, "passfile "+pass+" has mode 0644")
+	t.Setenv("PGPASSFILE", pass)
+	_, err = Open("postgres://relay@127.0.0.1:1/dedup?sslmode=disable", ledger.Options{})
+	assert.ErrorContains(t, err, "passfile "+pass+" has mode 0644")
+	assert.NilError(t, os.Chmod(pass, 0o600))
+	_, err = Open("postgres://relay@127.0.0.1:1/dedup?sslmode=disable", ledger.Options{})
+	assert.Assert(t, err != nil && !strings.Contains(err.Error(), "passfile"), "a 0600 passfile was refused: %v", err)
 }
 
 // A session whose commits are not durable is refused unless the operator

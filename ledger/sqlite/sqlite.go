@@ -82,6 +82,26 @@ func CheckPath(path string) error {
 	return nil
 }
 
+// createPrivate creates the ledger file, if it does not exist, with mode
+// 0600 whatever the umask: SQLite gives the -wal and -shm files the mode of
+// the database file, and the three hold every customer's transfers. An
+// existing file that group or others can read is left as it is, with a
+// warning.
+func createPrivate(path string, warn func(string, ...any)) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		return f.Close()
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 && warn != nil {
+		warn("the ledger file can be read by other users: it holds account numbers and memos; chmod 0600 it (and its -wal and -shm)",
+			"file", path, "mode", fmt.Sprintf("%04o", fi.Mode().Perm()))
+	}
+	return nil
+}
+
 func open(path string, opts ledger.Options) (*Ledger, error) {
 	synchronous := strings.ToUpper(opts.Synchronous)
 	if synchronous == "" {
@@ -100,7 +120,13 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 			return nil, fmt.Errorf("directory %s is not a directory", dir)
 		}
 	}
-	params := fmt.Sprintf("_journal_mode=WAL&_synchronous=%s&_busy_timeout=%d&_txlock=immediate",
+	if err := createPrivate(path, opts.Warn); err != nil {
+		return nil, err
+	}
+	// secure_delete: a purged request's bytes (accounts, memo) are
+	// overwritten, not left in free pages; set explicitly, as builds
+	// differ in its default.
+	params := fmt.Sprintf("_journal_mode=WAL&_synchronous=%s&_busy_timeout=%d&_txlock=immediate&_secure_delete=on",
 		synchronous, ledger.BusyTimeout.Milliseconds())
 	wdb, err := sql.Open("sqlite3", path+"?"+params)
 	if err != nil {

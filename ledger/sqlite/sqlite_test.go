@@ -1,13 +1,16 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"gotest.tools/v3/assert"
@@ -153,4 +156,70 @@ INSERT INTO tx VALUES('old-failed','TRF00001','FAILED','E902',x'00',NULL,1,datet
 	r, err := l.Get(ctx, "new")
 	assert.NilError(t, err)
 	assert.Equal(t, r.State, dedup.StateSent)
+}
+
+// A fresh ledger and its -wal and -shm are 0600 under umask 022; an
+// existing file others can read is warned about, not changed.
+func TestLedgerFilesArePrivate(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	path := filepath.Join(t.TempDir(), "relay.db")
+	l, err := Open(path, ledger.Options{})
+	assert.NilError(t, err)
+	ok, err := l.Claim(ctx, "g1", "TRF00001", []byte("request"))
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(f)
+		assert.NilError(t, err)
+		assert.Equal(t, fi.Mode().Perm(), os.FileMode(0o600), f)
+	}
+	assert.NilError(t, l.Close())
+
+	assert.NilError(t, os.Chmod(path, 0o644))
+	var warned []string
+	l, err = Open(path, ledger.Options{Warn: func(msg string, args ...any) { warned = append(warned, fmt.Sprint(msg, args)) }})
+	assert.NilError(t, err)
+	defer l.Close()
+	assert.Equal(t, len(warned), 1)
+	assert.Assert(t, strings.Contains(warned[0], path) && strings.Contains(warned[0], "0644"), warned[0])
+}
+
+// A purged request's bytes (its memo) are in neither the file nor its WAL
+// after the purge: secure_delete overwrites them, the last purge call
+// checkpoints and empties the WAL.
+func TestPurgedMemoIsNotInTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.db")
+	l, err := Open(path, ledger.Options{})
+	assert.NilError(t, err)
+	defer l.Close()
+	memo := "SECRET-MEMO-4711"
+	for i := 0; i < 50; i++ {
+		g := fmt.Sprintf("g%02d", i)
+		ok, err := l.Claim(ctx, g, "TRF00001", []byte("request with "+memo))
+		assert.NilError(t, err)
+		assert.Assert(t, ok)
+		_, err = l.Finish(ctx, g, 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("reply " + memo)})
+		assert.NilError(t, err)
+	}
+	// Force the rows into the main file first, as a long-running ledger has them.
+	_, err = rawDB(t, path).Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	assert.NilError(t, err)
+	_, err = rawDB(t, path).Exec("UPDATE tx SET updated_at = datetime('now', '-30 days')")
+	assert.NilError(t, err)
+	for {
+		n, err := l.PurgeBatch(ctx, 7, 10)
+		assert.NilError(t, err)
+		if n == 0 {
+			break
+		}
+	}
+	for _, f := range []string{path, path + "-wal"} {
+		b, err := os.ReadFile(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		assert.NilError(t, err)
+		assert.Assert(t, !bytes.Contains(b, []byte(memo)), "the purged memo is still in %s", f)
+	}
 }

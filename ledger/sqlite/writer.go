@@ -320,5 +320,22 @@ func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error)
 	if err != nil {
 		return 0, fmt.Errorf("purge: %w", err)
 	}
+	if n == 0 {
+		// The last call of a purge: copy the WAL's overwritten pages into
+		// the file and empty the WAL, so that no purged bytes stay in either.
+		l.truncateWAL(ctx)
+	}
 	return n, nil
+}
+
+// truncateWAL checkpoints the whole WAL into the database file and
+// truncates the WAL, as far as readers allow (best effort: a reader that
+// holds an old snapshot keeps its frames until the next checkpoint).
+func (l *Ledger) truncateWAL(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, ledger.BusyTimeout)
+	defer cancel()
+	if c, err := l.rdb.Conn(ctx); err == nil {
+		c.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+		c.Close()
+	}
 }
