@@ -5,8 +5,10 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"dedup"
+	"dedup/certs"
 	"dedup/channelsim"
 	"dedup/cli"
 	"dedup/lhstd"
@@ -31,6 +34,45 @@ type transferFlags struct {
 	To      string      `name:"to" default:"11020030004002" help:"Credit account, 14 digits."`
 	Memo    string      `name:"memo" default:"" help:"Memo (CP949, at most 20 bytes). SLOW, FAIL500, DROP, APPLYDROP prefixes steer the fixture core."`
 	Timeout cli.Seconds `name:"timeout" default:"10" help:"Seconds to wait for each reply."`
+	TLS     bool        `name:"tls" help:"Speak TLS to the relay."`
+	TLSCA   string      `name:"tls-ca" placeholder:"FILE" help:"With --tls: PEM bundle the relay's certificate must chain to (default: the system roots)."`
+	TLSCert string      `name:"tls-cert" placeholder:"FILE" help:"With --tls: PEM client certificate (with --tls-key)."`
+	TLSKey  string      `name:"tls-key" placeholder:"FILE" help:"With --tls: PEM key of --tls-cert."`
+	TLSName string      `name:"tls-server-name" placeholder:"NAME" help:"With --tls: the name to verify in the relay's certificate (default: the host of --relay)."`
+}
+
+// Validate checks the TLS flags.
+func (f *transferFlags) Validate() error {
+	files := certs.Files{Cert: f.TLSCert, Key: f.TLSKey, CA: f.TLSCA}
+	if err := files.Check("--tls-cert", "--tls-key"); err != nil {
+		return err
+	}
+	if !f.TLS && (!files.Empty() || f.TLSName != "") {
+		return fmt.Errorf("--tls-ca, --tls-cert, --tls-key and --tls-server-name need --tls")
+	}
+	return nil
+}
+
+// tlsConfig loads the TLS files (nil without --tls): errors name the file.
+func (f *transferFlags) tlsConfig() (*tls.Config, error) {
+	if !f.TLS {
+		return nil, nil
+	}
+	set, err := certs.Load(certs.Files{Cert: f.TLSCert, Key: f.TLSKey, CA: f.TLSCA})
+	if err != nil {
+		return nil, err
+	}
+	cfg := set.ClientConfig()
+	cfg.ServerName = f.TLSName
+	if cfg.ServerName == "" {
+		host, _, err := net.SplitHostPort(f.Relay)
+		if err != nil {
+			return nil, fmt.Errorf("--relay %q: %w", f.Relay, err)
+		}
+		cfg.ServerName = host
+	}
+	cfg.ClientSessionCache = tls.NewLRUClientSessionCache(1024) // resumption, as a real gateway would
+	return cfg, nil
 }
 
 type sendCmd struct {
@@ -95,6 +137,11 @@ func main() {
 }
 
 func send(c *sendCmd) int {
+	tcfg, err := c.tlsConfig()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "channel: error: %v\n", err)
+		return cli.ExitRuntime
+	}
 	guid := c.GUID
 	if guid == "" {
 		guid = channelsim.NewGUID(c.Channel)
@@ -121,7 +168,7 @@ func send(c *sendCmd) int {
 	results := make([]result, n)
 	one := func(i int) {
 		start := time.Now()
-		conn, err := channelsim.Dial(c.Relay, c.Timeout.D())
+		conn, err := channelsim.DialTLS(c.Relay, c.Timeout.D(), tcfg)
 		if err != nil {
 			results[i] = result{err: err}
 			return
@@ -193,7 +240,12 @@ func load(ctx context.Context, c *loadCmd) int {
 	if isTerminal(os.Stderr) {
 		progress = os.Stderr
 	}
-	rep, err := channelsim.Load(ctx, channelsim.LoadConfig{
+	tcfg, err := c.tlsConfig()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "channel: error: %v\n", err)
+		return cli.ExitRuntime
+	}
+	rep, err := channelsim.Load(ctx, channelsim.LoadConfig{TLS: tcfg,
 		Relay: c.Relay, Conns: int(c.Conns), Duration: c.Duration.D(), Count: int(c.Count), DupRatio: c.DupRatio,
 		Timeout: c.Timeout.D(), Channel: c.Channel, From: c.From, To: c.To, Amount: int64(c.Amount), Memo: c.Memo, Progress: progress,
 	})

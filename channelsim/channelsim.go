@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"math/big"
@@ -40,12 +41,26 @@ type Conn struct {
 }
 
 // Dial connects to the relay at addr.
-func Dial(addr string, timeout time.Duration) (*Conn, error) {
+func Dial(addr string, timeout time.Duration) (*Conn, error) { return DialTLS(addr, timeout, nil) }
+
+// DialTLS connects to the relay at addr over TLS with cfg (nil: plain
+// TCP), the handshake included in timeout.
+func DialTLS(addr string, timeout time.Duration, cfg *tls.Config) (*Conn, error) {
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return nil, err
 	}
-	return NewConn(c, timeout), nil
+	if cfg == nil {
+		return NewConn(c, timeout), nil
+	}
+	tc := tls.Client(c, cfg)
+	tc.SetDeadline(time.Now().Add(timeout))
+	if err := tc.Handshake(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+	}
+	tc.SetDeadline(time.Time{})
+	return NewConn(tc, timeout), nil
 }
 
 // NewConn makes a channel connection of an established connection (one

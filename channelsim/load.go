@@ -2,6 +2,7 @@ package channelsim
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -28,6 +29,8 @@ type LoadConfig struct {
 	Amount   int64
 	Memo     string
 	Progress io.Writer // if set, a progress line every second
+	// TLS, if set, makes every connection speak TLS to the relay.
+	TLS *tls.Config
 }
 
 // LoadReport is the result of Load.
@@ -217,7 +220,7 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 					guids = append(guids, g)
 				}
 				if conn == nil {
-					c, err := Dial(cfg.Relay, cfg.Timeout)
+					c, err := DialTLS(cfg.Relay, cfg.Timeout, cfg.TLS)
 					if err != nil {
 						nErr++
 						if nErr > 100 {

@@ -2,6 +2,7 @@ package coreapi
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +14,9 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"dedup"
+	"dedup/certs"
 	"dedup/fakecore"
+	"dedup/internal/testpki"
 )
 
 var ctx = context.Background()
@@ -238,45 +241,171 @@ func TestLookup(t *testing.T) {
 	}
 }
 
-// The request leaves in one write, headers and body together, so that a
-// lease deadline can never fall between them; on a reused connection too.
-func TestTransferIsOneWrite(t *testing.T) {
-	s := startFixture(t, time.Second)
-	c := newClient(t, s.URL, time.Second)
-	var writes []int
-	trace := func(lc *leaseConn) { lc.mu.Lock(); writes = append(writes, lc.writes); lc.mu.Unlock() }
-	for i := 0; i < 3; i++ {
-		var got *leaseConn
-		r := c.Transfer(context.WithValue(ctx, connSpyKey{}, &got), transfer("one write"), time.Now().Add(time.Minute))
-		assert.Equal(t, r.Code, "0000")
-		assert.Assert(t, got != nil)
-		trace(got)
+// fixtureOver starts a fixture core over scheme (http or https, with
+// certificates made for the test) and returns it with a client that
+// trusts it. clientCA, for https, makes the core require client
+// certificates from that CA's file.
+func fixtureOver(t *testing.T, scheme string, slow time.Duration) (*fakecore.Core, *fakecore.Server, *Client) {
+	t.Helper()
+	core, err := fakecore.New(fakecore.Config{Slow: slow})
+	assert.NilError(t, err)
+	var cfg *tls.Config
+	var ccfg *tls.Config
+	if scheme == "https" {
+		pki := newPKI(t)
+		cfg = pki.server(t, "", "")
+		ccfg = pki.clientConfig(t, "")
 	}
-	assert.DeepEqual(t, writes, []int{1, 1, 1})
+	s, err := fakecore.ListenTLS(core, "127.0.0.1:0", cfg)
+	assert.NilError(t, err)
+	t.Cleanup(func() { s.Close() })
+	c, err := New(Config{BaseURL: s.URL, ConnectTimeout: time.Second, Timeout: time.Second, TLS: ccfg})
+	assert.NilError(t, err)
+	t.Cleanup(c.CloseIdle)
+	return core, s, c
+}
+
+// The request leaves in one write, headers and body together (one TLS
+// record over https), so that a lease deadline can never fall between
+// them; on a reused connection too.
+func TestTransferIsOneWrite(t *testing.T) {
+	for _, scheme := range []string{"http", "https"} {
+		t.Run(scheme, func(t *testing.T) {
+			_, _, c := fixtureOver(t, scheme, time.Second)
+			var writes []int
+			trace := func(lc *leaseConn) { lc.mu.Lock(); writes = append(writes, lc.writes); lc.mu.Unlock() }
+			for i := 0; i < 3; i++ {
+				var got *leaseConn
+				r := c.Transfer(context.WithValue(ctx, connSpyKey{}, &got), transfer("one write"), time.Now().Add(time.Minute))
+				assert.Equal(t, r.Code, "0000")
+				assert.Assert(t, got != nil)
+				trace(got)
+			}
+			assert.DeepEqual(t, writes, []int{1, 1, 1})
+		})
+	}
 }
 
 // A lease that is over when the request would be written: nothing is
 // written, the result is E902 with LeaseExpired, and the core never saw
-// the request; on a fresh and on a pooled connection.
+// the request; on a fresh and on a pooled connection, over http and over
+// https (where the lease sits beneath TLS, on the socket itself).
 func TestExpiredLeaseWritesNothing(t *testing.T) {
-	core, err := fakecore.New(fakecore.Config{Slow: time.Second})
-	assert.NilError(t, err)
-	s, err := fakecore.Listen(core, "127.0.0.1:0")
-	assert.NilError(t, err)
-	defer s.Close()
-	c := newClient(t, s.URL, time.Second)
-	for _, pooled := range []bool{false, true} {
-		if pooled { // leave a keep-alive connection in the pool
-			assert.Equal(t, c.Transfer(ctx, TransferRequest{GUID: "20261129MOB000000000000000000009", From: "11020030004001", To: "11020030004002", Amount: 1, Memo: "warm"}, time.Time{}).Code, "0000")
-		}
-		r := c.Transfer(ctx, transfer("late"), time.Now().Add(-time.Millisecond))
-		assert.Check(t, r.LeaseExpired, "pooled=%v: %+v", pooled, r)
-		assert.Check(t, is.Equal(r.Code, dedup.CodeNotSent))
-		assert.Check(t, is.Equal(r.State, dedup.StateFailed))
-		assert.Check(t, is.Equal(core.Stats().ByGUID[g1], 0), "pooled=%v: the core saw a request sent after its lease", pooled)
+	for _, scheme := range []string{"http", "https"} {
+		t.Run(scheme, func(t *testing.T) {
+			core, _, c := fixtureOver(t, scheme, time.Second)
+			for _, pooled := range []bool{false, true} {
+				if pooled { // leave a keep-alive connection in the pool
+					assert.Equal(t, c.Transfer(ctx, TransferRequest{GUID: "20261129MOB000000000000000000009", From: "11020030004001", To: "11020030004002", Amount: 1, Memo: "warm"}, time.Time{}).Code, "0000")
+				}
+				r := c.Transfer(ctx, transfer("late"), time.Now().Add(-time.Millisecond))
+				assert.Check(t, r.LeaseExpired, "pooled=%v: %+v", pooled, r)
+				assert.Check(t, is.Equal(r.Code, dedup.CodeNotSent))
+				assert.Check(t, is.Equal(r.State, dedup.StateFailed))
+				assert.Check(t, is.Equal(core.Stats().ByGUID[g1], 0), "pooled=%v: the core saw a request sent after its lease", pooled)
+			}
+			// A live lease still goes through on the same client.
+			assert.Equal(t, c.Transfer(ctx, transfer("in time"), time.Now().Add(time.Minute)).Code, "0000")
+		})
 	}
-	// A live lease still goes through on the same client.
-	assert.Equal(t, c.Transfer(ctx, transfer("in time"), time.Now().Add(time.Minute)).Code, "0000")
+}
+
+// Rule 3 over TLS: a handshake that fails (an untrusted or misnamed
+// certificate) wrote no byte of the request: E902, nothing applied; a core
+// that requires client certificates refuses a client without one (under
+// TLS 1.3 by an alert after the client's handshake) and that is E902 too;
+// with the certificate the transfer goes through.
+func TestTLSFailuresBeforeTheCoreReadsAreE902(t *testing.T) {
+	pki := newPKI(t)
+	other := newPKI(t)
+	for _, tc := range []struct {
+		name       string
+		serverCert string // "" the loopback certificate; "misnamed": for another host
+		clientCA   bool   // the core requires client certificates
+		clientTLS  *tls.Config
+		want       string
+	}{
+		{"trusted", "", false, pki.clientConfig(t, ""), "0000"},
+		{"untrusted CA", "", false, other.clientConfig(t, ""), "E902"},
+		{"misnamed certificate", "misnamed", false, pki.clientConfig(t, ""), "E902"},
+		{"client certificate required, none given", "", true, pki.clientConfig(t, ""), "E902"},
+		{"client certificate required, one from another CA", "", true, pki.clientConfig(t, "foreign"), "E902"},
+		{"client certificate required and given", "", true, pki.clientConfig(t, "relay"), "0000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			core, err := fakecore.New(fakecore.Config{})
+			assert.NilError(t, err)
+			cfg := pki.server(t, tc.serverCert, map[bool]string{true: pki.ca.File}[tc.clientCA])
+			s, err := fakecore.ListenTLS(core, "127.0.0.1:0", cfg)
+			assert.NilError(t, err)
+			defer s.Close()
+			if tc.name == "client certificate required, one from another CA" {
+				tc.clientTLS = other.clientConfig(t, "relay")
+				tc.clientTLS.RootCAs = pki.clientConfig(t, "").RootCAs
+			}
+			c, err := New(Config{BaseURL: s.URL, ConnectTimeout: time.Second, Timeout: time.Second, TLS: tc.clientTLS})
+			assert.NilError(t, err)
+			defer c.CloseIdle()
+			r := c.Transfer(ctx, transfer("tls"), time.Now().Add(time.Minute))
+			assert.Equal(t, r.Code, tc.want, "%+v", r)
+			want := 0
+			if tc.want == "0000" {
+				want = 1
+			}
+			assert.Equal(t, core.Stats().AppliedByGUID[g1], want)
+			if tc.want == "E902" {
+				assert.Assert(t, r.NoConnection, "%+v", r)
+				assert.Equal(t, core.Stats().ByGUID[g1], 0, "the core read a request")
+			}
+		})
+	}
+}
+
+// pki is a test CA with the files the TLS tests need.
+type pki struct {
+	ca  *testpki.CA
+	dir string
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := testpki.NewCA(dir, "test")
+	assert.NilError(t, err)
+	return &pki{ca: ca, dir: dir}
+}
+
+// server returns a server TLS configuration with a certificate for
+// loopback ("misnamed": for another host), requiring client certificates
+// from clientCA if given.
+func (p *pki) server(t *testing.T, which, clientCA string) *tls.Config {
+	t.Helper()
+	leaf := testpki.Loopback("core", "core")
+	if which == "misnamed" {
+		leaf = testpki.Leaf{Name: "core-misnamed", CN: "other", DNS: []string{"other.example"}}
+	}
+	is, err := p.ca.Issue(leaf)
+	assert.NilError(t, err)
+	set, err := certs.Load(certs.Files{Cert: is.Cert, Key: is.Key, CA: clientCA})
+	assert.NilError(t, err)
+	cfg, err := set.ServerConfig()
+	assert.NilError(t, err)
+	return cfg
+}
+
+// clientConfig trusts this CA and, if name is given, presents a client
+// certificate of that name issued by it.
+func (p *pki) clientConfig(t *testing.T, name string) *tls.Config {
+	t.Helper()
+	files := certs.Files{CA: p.ca.File}
+	if name != "" {
+		is, err := p.ca.Issue(testpki.Leaf{Name: name, CN: name})
+		assert.NilError(t, err)
+		files.Cert, files.Key = is.Cert, is.Key
+	}
+	set, err := certs.Load(files)
+	assert.NilError(t, err)
+	return set.ClientConfig()
 }
 
 func TestCheckBaseURL(t *testing.T) {

@@ -6,6 +6,7 @@ package fakecore
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -332,12 +333,23 @@ type Server struct {
 }
 
 // Listen starts core on addr (port 0 picks a free port).
-func Listen(core *Core, addr string) (*Server, error) {
+func Listen(core *Core, addr string) (*Server, error) { return ListenTLS(core, addr, nil) }
+
+// ListenTLS is Listen for https with cfg (nil: plain http). With client
+// certificates required by cfg, a client without one is refused by the
+// TLS layer before any request is read.
+func ListenTLS(core *Core, addr string, cfg *tls.Config) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	s := &Server{Core: core, Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), done: make(chan error, 1),
+	scheme := "http://"
+	if cfg != nil {
+		cfg = cfg.Clone()
+		cfg.NextProtos = []string{"http/1.1"}
+		ln, scheme = tls.NewListener(ln, cfg), "https://"
+	}
+	s := &Server{Core: core, Addr: ln.Addr().String(), URL: scheme + ln.Addr().String(), done: make(chan error, 1),
 		srv: &http.Server{Handler: core.Handler(), IdleTimeout: 120 * time.Second, ReadHeaderTimeout: 10 * time.Second}}
 	go func() { s.done <- s.srv.Serve(ln) }()
 	return s, nil

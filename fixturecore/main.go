@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -11,20 +13,33 @@ import (
 	"syscall"
 	"time"
 
+	"dedup/certs"
 	"dedup/cli"
 	"dedup/fakecore"
 )
 
 type flags struct {
-	Listen string      `name:"listen" default:"127.0.0.1:9201" help:"HTTP address; port 0 picks a free port."`
-	Slow   cli.Seconds `name:"slow" default:"5" help:"Seconds a SLOW memo waits before applying."`
-	State  string      `name:"state" help:"Keep balances, applied transfers and counters durably in this file (slower; for fault tests)."`
-	Quiet  bool        `name:"quiet" help:"Log no requests."`
+	Listen   string      `name:"listen" default:"127.0.0.1:9201" help:"HTTP address; port 0 picks a free port."`
+	Slow     cli.Seconds `name:"slow" default:"5" help:"Seconds a SLOW memo waits before applying."`
+	State    string      `name:"state" help:"Keep balances, applied transfers and counters durably in this file (slower; for fault tests)."`
+	Quiet    bool        `name:"quiet" help:"Log no requests."`
+	TLSCert  string      `name:"tls-cert" placeholder:"FILE" help:"PEM certificate: serve https (with --tls-key)."`
+	TLSKey   string      `name:"tls-key" placeholder:"FILE" help:"PEM key of --tls-cert."`
+	ClientCA string      `name:"client-ca" placeholder:"FILE" help:"PEM bundle: require client certificates that chain to it (needs --tls-cert)."`
 	cli.Logging
 }
 
-// Validate refuses a bad --listen as a usage error, as every binary does.
-func (f *flags) Validate() error { return cli.CheckListen("--listen", f.Listen) }
+// Validate refuses a bad --listen or TLS flags as a usage error, as every
+// binary does.
+func (f *flags) Validate() error {
+	if err := (certs.Files{Cert: f.TLSCert, Key: f.TLSKey}).Check("--tls-cert", "--tls-key"); err != nil {
+		return err
+	}
+	if f.ClientCA != "" && f.TLSCert == "" {
+		return fmt.Errorf("--client-ca needs --tls-cert and --tls-key")
+	}
+	return cli.CheckListen("--listen", f.Listen)
+}
 
 func main() {
 	var f flags
@@ -38,13 +53,23 @@ func main() {
 	if err != nil {
 		cli.Fatal("fixturecore", err)
 	}
-	srv, err := fakecore.Listen(core, f.Listen)
+	var tcfg *tls.Config
+	if f.TLSCert != "" {
+		set, err := certs.Load(certs.Files{Cert: f.TLSCert, Key: f.TLSKey, CA: f.ClientCA})
+		if err != nil {
+			cli.Fatal("fixturecore", err)
+		}
+		if tcfg, err = set.ServerConfig(); err != nil {
+			cli.Fatal("fixturecore", err)
+		}
+	}
+	srv, err := fakecore.ListenTLS(core, f.Listen, tcfg)
 	if err != nil {
 		cli.Fatal("fixturecore", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	log.Info("fixturecore started", "listen", srv.Addr, "slow_s", f.Slow.D().Seconds(), "state", f.State)
+	log.Info("fixturecore started", "listen", srv.Addr, "url", srv.URL, "client_certs", f.ClientCA != "", "slow_s", f.Slow.D().Seconds(), "state", f.State)
 	cli.Listening(os.Stderr, f.LogFormat, "listening addr="+srv.Addr)
 	<-ctx.Done()
 	srv.Shutdown(time.Duration(f.Slow.D()) + time.Second)

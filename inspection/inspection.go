@@ -93,40 +93,57 @@ func meaning(r ledger.Row) string {
 	return "unknown state"
 }
 
-// WriteText writes rows as blocks for a person.
+// WriteText writes rows as blocks for a person. Every byte of a row that
+// is a control character or outside printable ASCII is shown as \xNN: a
+// row written by another tool must not move the terminal's cursor or fake
+// a line.
 func WriteText(w io.Writer, rows []Row) {
 	for i, r := range rows {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "guid        %s\n", r.GUID)
-		code := r.RspCode
+		fmt.Fprintf(w, "guid        %s\n", esc(r.GUID))
+		code := esc(r.RspCode)
 		if code == "" {
 			code = "-"
 		}
-		fmt.Fprintf(w, "state       %s %s (%s)\n", r.State, code, r.Meaning)
+		fmt.Fprintf(w, "state       %s %s (%s)\n", esc(r.State), code, r.Meaning)
 		// The ledger counts claims, not POSTs: a claim whose send obtained
 		// no connection (E902) reached nothing. Say so, so that an
 		// investigator does not read "6" as six calls to the core.
 		fmt.Fprintf(w, "attempts    %d (claims and reclaims for a send; not every one reached the core: see the relay's and reprocess's tx lines)\n", r.Attempts)
-		fmt.Fprintf(w, "updated_at  %s UTC (%s ago)\n", r.UpdatedAt, time.Duration(r.AgeSeconds)*time.Second)
+		fmt.Fprintf(w, "updated_at  %s UTC (%s ago)\n", esc(r.UpdatedAt), time.Duration(r.AgeSeconds)*time.Second)
 		switch {
 		case r.Request == nil:
 			fmt.Fprintln(w, "request     (none stored)")
 		case r.Request.Problem != "":
-			fmt.Fprintf(w, "request     tx_code=%s channel=%s sent_at=%s (%s)\n", r.Request.TxCode, r.Request.Channel, r.Request.SentAt, r.Request.Problem)
+			fmt.Fprintf(w, "request     tx_code=%s channel=%s sent_at=%s (%s)\n", esc(r.Request.TxCode), esc(r.Request.Channel), esc(r.Request.SentAt), r.Request.Problem)
 		default:
 			fmt.Fprintf(w, "request     tx_code=%s channel=%s sent_at=%s from=%s to=%s amount=%d\n",
-				r.Request.TxCode, r.Request.Channel, r.Request.SentAt, r.Request.From, r.Request.To, r.Request.Amount)
+				esc(r.Request.TxCode), esc(r.Request.Channel), esc(r.Request.SentAt), r.Request.From, r.Request.To, r.Request.Amount)
 		}
 		if r.Reply != nil {
 			if r.Reply.Ref != "" {
-				fmt.Fprintf(w, "reply       %s ref=%s balance=%d processed_at=%s\n", r.Reply.Code, r.Reply.Ref, *r.Reply.Balance, r.Reply.ProcessedAt)
+				fmt.Fprintf(w, "reply       %s ref=%s balance=%d processed_at=%s\n", esc(r.Reply.Code), esc(r.Reply.Ref), *r.Reply.Balance, esc(r.Reply.ProcessedAt))
 			} else {
-				fmt.Fprintf(w, "reply       %s\n", r.Reply.Code)
+				fmt.Fprintf(w, "reply       %s\n", esc(r.Reply.Code))
 			}
 		}
 	}
+}
+
+// esc shows s's control characters and bytes outside printable ASCII as
+// \xNN (and a backslash as \x5c, so that the escape cannot be faked).
+func esc(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '\\' {
+			fmt.Fprintf(&b, "\\x%02x", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // WriteJSON writes one JSON object per row, one per line.

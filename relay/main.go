@@ -114,7 +114,7 @@ func run(f *flags, log *slog.Logger) int {
 	}
 	cli.WarnDB(log, f.DB, f.DBInsecure)
 	var m *metrics.Relay
-	opts := ledger.Options{Synchronous: f.Synchronous}
+	opts := ledger.Options{Synchronous: f.Synchronous, Warn: log.Warn}
 	if f.MetricsListen != "" {
 		m = metrics.New()
 		opts.OnCommit = m.Commit
