@@ -59,9 +59,9 @@ type Relay struct {
 // Reasons a channel connection or telegram is refused before the ledger
 // (the reason label of dedup_channel_rejected_total).
 const (
-	RejectTLSHandshake     = "tls_handshake"
+	RejectTLSHandshake      = "tls_handshake"
 	RejectChannelNotAllowed = "channel_not_allowed"
-	RejectMaxConns         = "max_conns"
+	RejectMaxConns          = "max_conns"
 )
 
 // Certificates whose expiry is exported (the cert label of
