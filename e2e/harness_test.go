@@ -198,6 +198,7 @@ func (p *proc) stop(t *testing.T, sig syscall.Signal) int {
 type core struct {
 	*proc
 	url string
+	pki *testPKI // for an https core: the CA and the client certificate to read /_stats with
 }
 
 func startCore(t *testing.T, args ...string) *core {
@@ -216,7 +217,13 @@ func startCoreAt(t *testing.T, addr string, args ...string) *core {
 
 func (c *core) stats(t *testing.T) *channelsim.Stats {
 	t.Helper()
-	s, err := channelsim.FetchStats(context.Background(), c.url)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	if c.pki != nil {
+		cfg := c.pki.clientTLS(t, &c.pki.relayCli)
+		cfg.ServerName = ""
+		client.Transport = &http.Transport{Proxy: nil, TLSClientConfig: cfg}
+	}
+	s, err := channelsim.FetchStatsVia(context.Background(), client, c.url)
 	assert.NilError(t, err)
 	return s
 }

@@ -49,22 +49,33 @@ func processState(t *testing.T, pid int) byte {
 // The relay under test is built with the test-only tag freezehook (it stops
 // itself with SIGSTOP after committing the claim of a FREEZE transfer). The
 // same scenario with the tag nolease (the lease check compiled out) must
-// apply the transfer twice: the proof that this test can fail.
+// apply the transfer twice: the proof that this test can fail. Both run
+// with the core over http and over https with client certificates: the
+// lease must hold whatever wraps the connection.
 func TestFrozenHolderNeverSendsItsStaleClaim(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, tags  string
+		https       bool
 		wantApplied int
 	}{
-		{"with the lease", "freezehook", 1},
-		{"without the lease (proof the test can fail)", "freezehook nolease", 2},
+		{"with the lease, http", "freezehook", false, 1},
+		{"with the lease, https", "freezehook", true, 1},
+		{"without the lease (proof the test can fail), http", "freezehook nolease", false, 2},
+		{"without the lease (proof the test can fail), https", "freezehook nolease", true, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			frozenBin := buildRelay(t, tc.tags)
 			c := startCore(t, "--quiet")
+			var tlsArgs []string
+			if tc.https {
+				p := newTestPKI(t)
+				c = startTLSCore(t, p, true, "--quiet")
+				tlsArgs = p.coreArgs()
+			}
 			db := tempDB(t)
-			timing := []string{"--timeout", "1", "--connect-timeout", "0.3", "--orphan-after", "8.3"}
+			timing := append([]string{"--timeout", "1", "--connect-timeout", "0.3", "--orphan-after", "8.3"}, tlsArgs...)
 			frozen := start(t, frozenBin, append([]string{"--db", db, "--listen", "127.0.0.1:0", "--core", c.url}, timing...)...)
 			startRelay(t, db, c.url, timing...) // sweeps the frozen relay's claim
 
@@ -90,10 +101,10 @@ func TestFrozenHolderNeverSendsItsStaleClaim(t *testing.T) {
 			// finds the transfer not applied, reprocess sends it.
 			waitState(t, ldb, g, "UNKNOWN", 30*time.Second)
 			waitSQL(t, ldb, "SELECT count(*)=0 FROM tx WHERE guid=? AND updated_at > datetime('now', '-2 seconds')", g)
-			res := runJob(t, "resolve", "--db", db, "--core", c.url, "--min-age", "2")
+			res := runJob(t, "resolve", append([]string{"--db", db, "--core", c.url, "--min-age", "2"}, tlsArgs...)...)
 			res.Assert(t, icmd.Success)
 			assert.Equal(t, getRow(t, ldb, g).State.String, "FAILED")
-			res = runJob(t, "reprocess", "--db", db, "--core", c.url, "--max-attempts", "3")
+			res = runJob(t, "reprocess", append([]string{"--db", db, "--core", c.url, "--max-attempts", "3"}, tlsArgs...)...)
 			res.Assert(t, icmd.Success)
 			assert.Equal(t, getRow(t, ldb, g).State.String, "DONE")
 			assert.Equal(t, c.stats(t).AppliedByGUID[g], 1)

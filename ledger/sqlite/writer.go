@@ -320,8 +320,8 @@ func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error)
 	if err != nil {
 		return 0, fmt.Errorf("purge: %w", err)
 	}
-	if n == 0 {
-		// The last call of a purge: copy the WAL's overwritten pages into
+	if n < int64(limit) {
+		// The last batch of a purge: copy the WAL's overwritten pages into
 		// the file and empty the WAL, so that no purged bytes stay in either.
 		l.truncateWAL(ctx)
 	}
