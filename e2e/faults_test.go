@@ -9,10 +9,12 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -37,6 +39,7 @@ var (
 	fChannels = flag.Int("faults.channels", 12, "simulated channels per run")
 	fBroken   = flag.Bool("faults.broken", false, "use a relay built with a select-then-insert claim: the checks must fail")
 	fLedger   = flag.String("faults.ledger", "sqlite", "sqlite, or postgres: each run gets a PostgreSQL cluster of its own, and database restarts join the faults")
+	fTLS      = flag.Bool("faults.tls", false, "channels over mutual TLS (with channel binding) and the core over https with a client certificate")
 )
 
 // Campaign settings. The relay's orphan bound is its minimum for these
@@ -100,6 +103,13 @@ type campaign struct {
 	relayBin string
 	pg       *pgtest.Cluster // the run's own cluster with -faults.ledger=postgres
 
+	// With -faults.tls: the run's own CA and what each party needs of it.
+	coreServe  []string    // the fixture core's TLS flags
+	coreClient []string    // the relay's and the jobs' --core-* flags
+	listener   []string    // the relay's listener flags (client certificates required)
+	chanTLS    *tls.Config // the channels' TLS (a certificate for channel FLT)
+	pki        *testPKI
+
 	mu     sync.Mutex
 	core   *proc
 	relays []*proc
@@ -123,12 +133,29 @@ func (c *campaign) logf(format string, args ...any) {
 }
 
 func (c *campaign) startCore() {
-	c.core = start(c.t, "fixturecore", "--listen", c.coreAddr, "--slow", coreSlow, "--state", c.state, "--quiet")
+	c.core = start(c.t, "fixturecore", append([]string{"--listen", c.coreAddr, "--slow", coreSlow, "--state", c.state, "--quiet"}, c.coreServe...)...)
 }
 
-func (c *campaign) startRelay(i int) {
-	c.relays[i] = start(c.t, c.relayBin, "--db", c.db, "--listen", c.raddrs[i], "--core", c.coreURL,
-		"--timeout", relayTimeout, "--connect-timeout", relayConnect, "--orphan-after", fmt.Sprint(orphanAfter.Seconds()))
+func (c *campaign) startRelay(i int) { c.relays[i] = c.relayAt(c.raddrs[i]) }
+
+func (c *campaign) relayAt(addr string) *proc {
+	args := []string{"--db", c.db, "--listen", addr, "--core", c.coreURL,
+		"--timeout", relayTimeout, "--connect-timeout", relayConnect, "--orphan-after", fmt.Sprint(orphanAfter.Seconds())}
+	return start(c.t, c.relayBin, append(append(args, c.listener...), c.coreClient...)...)
+}
+
+// setUpTLS makes the run's CA and certificates: every link of the
+// campaign then runs over TLS, channels and the core with client
+// certificates.
+func (c *campaign) setUpTLS() {
+	p := newTestPKI(c.t)
+	c.pki = p
+	c.coreServe = []string{"--tls-cert", p.server.Cert, "--tls-key", p.server.Key, "--client-ca", p.ca.File}
+	c.coreClient = p.coreArgs()
+	c.listener = p.listenerArgs()
+	ch := p.channelCert(c.t, "flt-gw-01", "FLT")
+	c.chanTLS = p.clientTLS(c.t, &ch)
+	c.chanTLS.ClientSessionCache = tls.NewLRUClientSessionCache(256)
 }
 
 func TestFaultCampaign(t *testing.T) {
@@ -144,7 +171,7 @@ func TestFaultCampaign(t *testing.T) {
 	var checksMu sync.Mutex
 	var violations []string
 	var stats struct{ guids, applied, receivedTwice, explained, done, exhausted, neverAccepted, ok0000 int }
-	fmt.Printf("faults: runs=%d first seed=%d duration=%v channels=%d broken=%v ledger=%s\n", *fRuns, seed, *fDuration, *fChannels, *fBroken, *fLedger)
+	fmt.Printf("faults: runs=%d first seed=%d duration=%v channels=%d broken=%v ledger=%s tls=%v\n", *fRuns, seed, *fDuration, *fChannels, *fBroken, *fLedger, *fTLS)
 	begin := time.Now()
 	t.Run("runs", func(t *testing.T) {
 		for i := 0; i < *fRuns; i++ {
@@ -231,6 +258,10 @@ func (c *campaign) run() runResult {
 	c.state = filepath.Join(c.dir, "core.json")
 	c.coreAddr = freeAddr(t)
 	c.coreURL = "http://" + c.coreAddr
+	if *fTLS {
+		c.setUpTLS()
+		c.coreURL = "https://" + c.coreAddr
+	}
 	c.startCore()
 
 	// Old DONE rows for purge to delete while everything else runs.
@@ -329,7 +360,7 @@ func final(codes []string) bool {
 }
 
 func (c *campaign) send(addr, g string, id int, tg []byte, what string) string {
-	conn, err := channelsim.Dial(addr, channelTimeout)
+	conn, err := channelsim.DialTLS(addr, channelTimeout, c.chanTLS)
 	if err != nil {
 		c.hist.add(g, event{channel: id, what: what, code: "-", detail: "connect: " + err.Error()})
 		return "-"
@@ -357,7 +388,7 @@ func (c *campaign) burst(addr, g string, id int, tg []byte, k int) []string {
 }
 
 func (c *campaign) hangup(addr, g string, id int, tg []byte) {
-	conn, err := channelsim.Dial(addr, channelTimeout)
+	conn, err := channelsim.DialTLS(addr, channelTimeout, c.chanTLS)
 	if err != nil {
 		c.hist.add(g, event{channel: id, what: "hangup", code: "-", detail: "connect: " + err.Error()})
 		return
@@ -450,8 +481,7 @@ func (c *campaign) freeze() {
 	c.n.relayFreeze.Add(1)
 	c.logf("SIGSTOP relay %d", i)
 	time.Sleep(orphanAfter + time.Second)
-	sw := start(c.t, c.relayBin, "--db", c.db, "--listen", "127.0.0.1:0", "--core", c.coreURL,
-		"--timeout", relayTimeout, "--connect-timeout", relayConnect, "--orphan-after", fmt.Sprint(orphanAfter.Seconds()))
+	sw := c.relayAt("127.0.0.1:0")
 	sw.stop(c.t, syscall.SIGTERM)
 	time.Sleep(2500 * time.Millisecond) // resolve's --min-age
 	c.runJob("resolve")
@@ -472,6 +502,9 @@ func (c *campaign) runJob(job string) string {
 	case "purge":
 		c.n.purge.Add(1)
 		args = []string{"--db", c.db, "--days", "7"}
+	}
+	if job != "purge" {
+		args = append(args, c.coreClient...)
 	}
 	out, err := exec.Command(bin(job), args...).Output()
 	line := lastLine(string(out))
@@ -535,7 +568,13 @@ type ledgerRow struct {
 // check runs the four checks over this run's history.
 func (c *campaign) check(db *ledgerDB) runResult {
 	var res runResult
-	s, err := channelsim.FetchStats(context.Background(), c.coreURL)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	if c.pki != nil {
+		cfg := c.pki.clientTLS(c.t, &c.pki.relayCli)
+		cfg.ServerName = ""
+		client.Transport = &http.Transport{Proxy: nil, TLSClientConfig: cfg}
+	}
+	s, err := channelsim.FetchStatsVia(context.Background(), client, c.coreURL)
 	assert.NilError(c.t, err)
 	rows := map[string]ledgerRow{}
 	rs, err := db.Query("SELECT guid, state, COALESCE(rsp_code,''), response, attempts FROM tx WHERE guid NOT LIKE 'OLD%'")

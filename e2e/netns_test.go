@@ -21,6 +21,7 @@ import (
 
 	"dedup/channelsim"
 	"dedup/internal/pgtest"
+	"dedup/internal/testpki"
 	"dedup/lhstd"
 )
 
@@ -118,12 +119,29 @@ func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 	link(t, dbh, "10.231.1.1/24", h1, "10.231.1.2/24", "vd1-"+tag, "vr1-"+tag)
 	link(t, dbh, "10.231.2.1/24", h2, "10.231.2.2/24", "vd2-"+tag, "vr2-"+tag)
 
-	pg, err := pgtest.Start(pgtest.Options{Netns: dbh.name, Host: "*"})
+	// The database host serves TLS only, with a certificate of the test's
+	// own CA; the relays verify it (sslmode=verify-full), as a host that is
+	// not loopback requires.
+	pki := newTestPKI(t)
+	dbCert := pki.issue(t, testpki.Leaf{Name: "db", CN: "db.bank.internal",
+		IPs: []net.IP{net.ParseIP("10.231.1.1"), net.ParseIP("10.231.2.1")}})
+	pg, err := pgtest.Start(pgtest.Options{Netns: dbh.name, Host: "*",
+		TLS: &pgtest.TLS{Cert: dbCert.Cert, Key: dbCert.Key, CA: pki.ca.File}})
 	assert.NilError(t, err)
 	t.Cleanup(pg.Remove)
 	dbName, err := pg.CreateDatabase()
 	assert.NilError(t, err)
 	ledgerFor := map[*netns]string{h1: pg.URLAt("10.231.1.1", dbName), h2: pg.URLAt("10.231.2.1", dbName)}
+	assert.Assert(t, strings.Contains(ledgerFor[h1], "sslmode=verify-full"), ledgerFor[h1])
+	// Anything short of a verified server is refused for this host before
+	// a byte is sent, naming --db and the fix.
+	for _, mode := range []string{"", "?sslmode=prefer", "?sslmode=require", "?sslmode=disable"} {
+		url := fmt.Sprintf("postgres://postgres@10.231.1.1:%d/%s%s", pg.Port, dbName, mode)
+		argv := h1.cmd("relay", "--db", url, "--listen", "10.231.1.2:0")
+		res := icmd.RunCmd(icmd.Command(argv[0], argv[1:]...), icmd.WithTimeout(30*time.Second))
+		assert.Equal(t, res.ExitCode, 2, "%s: %s", url, res.Combined())
+		assert.Assert(t, strings.Contains(res.Stderr(), "--db:") && strings.Contains(res.Stderr(), "sslmode=verify-full"), res.Stderr())
+	}
 	coreFor := map[*netns]string{h1: "http://10.231.1.1:9201", h2: "http://10.231.2.1:9201"}
 
 	start(t, "/usr/sbin/ip", dbh.cmd("fixturecore", "--listen", "0.0.0.0:9201", "--slow", "1.2", "--quiet")[1:]...)

@@ -17,6 +17,7 @@ import (
 
 	"dedup/certs"
 	"dedup/channelsim"
+	"dedup/internal/pgtest"
 	"dedup/internal/testpki"
 )
 
@@ -410,5 +411,46 @@ func TestLedgerFilesArePrivateAndPurgeLeavesNoMemo(t *testing.T) {
 		}
 		assert.NilError(t, err)
 		assert.Check(t, !strings.Contains(string(b), "MEMO-7f3a"), "the purged memo is still in %s", f)
+	}
+}
+
+// No ledger URL form shows its password: not in any log line, error,
+// metric, /readyz answer or summary; and a --db carrying one is warned
+// about at start.
+func TestNoPasswordLeavesTheProcess(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cret-pw-91"
+	base := pgtest.NewDatabase(t) // postgres://postgres@127.0.0.1:PORT/DB?sslmode=disable
+	withUser := strings.Replace(base, "postgres://postgres@", "postgres://postgres:"+secret+"@", 1)
+	dead := "postgres://relay:" + secret + "@127.0.0.1:1/dedup?sslmode=disable&password=" + secret
+	c := startCore(t)
+	for _, url := range []string{withUser, base + "&password=" + secret, base + "&sslpassword=" + secret} {
+		t.Run(strings.Replace(url, secret, "SECRET", -1), func(t *testing.T) {
+			r := startRelay(t, url, c.url, "--metrics-listen", "127.0.0.1:0")
+			assert.Equal(t, code(send(t, r.addr, telegram(t, newGUID()))), "0000")
+			_, metricsText := scrape(t, r.metricsAddr)
+			_, ready := httpGet(t, "http://"+r.metricsAddr+"/readyz")
+			res := runJob(t, "resolve", "--db", url, "--core", c.url, "--summary-format", "json")
+			res.Assert(t, icmd.Success)
+			r.stop(t, syscall.SIGTERM)
+			r.waitLog(t, "carries a password")
+			for what, text := range map[string]string{"relay log": r.log(), "metrics": metricsText, "readyz": ready,
+				"resolve output": res.Combined()} {
+				assert.Check(t, !strings.Contains(text, secret), "the password is in the %s:\n%s", what, text)
+			}
+		})
+	}
+	for _, b := range []string{"relay", "resolve", "purge", "inspect"} {
+		args := []string{"--db", dead}
+		switch b {
+		case "relay":
+			args = append(args, "--listen", "127.0.0.1:0")
+		case "inspect":
+			args = append(args, "--summary")
+		}
+		res := icmd.RunCmd(icmd.Command(bin(b), args...), icmd.WithTimeout(60*time.Second))
+		assert.Check(t, res.ExitCode == 1, "%s: %s", b, res.Combined())
+		assert.Check(t, strings.Contains(res.Stderr(), "127.0.0.1:1"), "%s: the error does not name the host: %s", b, res.Stderr())
+		assert.Check(t, !strings.Contains(res.Combined(), secret), "%s: the password leaked:\n%s", b, res.Combined())
 	}
 }

@@ -13,15 +13,23 @@
 #
 #   scripts/demo.sh              the ledger is a SQLite file (the default)
 #   scripts/demo.sh --postgres   the ledger is a throwaway PostgreSQL database
+#   scripts/demo.sh --tls        every link over TLS with certificates made for
+#                                the demo (scripts/certs.sh): channels with
+#                                client certificates (a mobile gateway's
+#                                transfer goes through; the same gateway
+#                                sending as internet banking, and a channel
+#                                without a certificate, are refused), the core
+#                                over https with the relay's client certificate
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
-kind=sqlite
+kind=sqlite tls=0
 case "${1:-}" in
   "") ;;
   --postgres) kind=postgres ;;
-  *) echo "usage: scripts/demo.sh [--postgres]" >&2; exit 2 ;;
+  --tls) tls=1 ;;
+  *) echo "usage: scripts/demo.sh [--postgres | --tls]" >&2; exit 2 ;;
 esac
 
 work=$(mktemp -d /tmp/dedup-demo.XXXXXX)
@@ -57,17 +65,30 @@ say "build"
 go build -buildvcs=auto -o bin/ ./...
 echo "binaries: $(ls bin | tr '\n' ' ')"
 
+core_tls=() relay_tls=() core_cli=() chan=() curl_tls=() scheme=http
+if [ "$tls" = 1 ]; then
+  say "certificates for the demo (a throwaway CA, scripts/certs.sh)"
+  pki=$(scripts/certs.sh "$work/pki")
+  ls "$pki"
+  core_tls=(--tls-cert "$pki/server.pem" --tls-key "$pki/server-key.pem" --client-ca "$pki/ca.pem")
+  core_cli=(--core-ca "$pki/ca.pem" --core-cert "$pki/relay.pem" --core-key "$pki/relay-key.pem")
+  relay_tls=(--tls-cert "$pki/server.pem" --tls-key "$pki/server-key.pem" --client-ca "$pki/ca.pem" "${core_cli[@]}")
+  chan=(--tls --tls-ca "$pki/ca.pem" --tls-cert "$pki/mob.pem" --tls-key "$pki/mob-key.pem")
+  curl_tls=(--cacert "$pki/ca.pem" --cert "$pki/relay.pem" --key "$pki/relay-key.pem")
+  scheme=https
+fi
+
 say "start the fixture core (SLOW memos take 3 s) and the relay (core timeout 1 s)"
-bin/fixturecore --listen 127.0.0.1:0 --slow 3 --quiet 2>"$work/core.log" &
+bin/fixturecore --listen 127.0.0.1:0 --slow 3 --quiet "${core_tls[@]}" 2>"$work/core.log" &
 pids+=($!)
-core="http://$(wait_listening "$work/core.log")"
+core="$scheme://$(wait_listening "$work/core.log")"
 if [ "$kind" = postgres ]; then
   db=$(scripts/pg.sh start "$work/pg")
   echo "throwaway PostgreSQL cluster: $db"
 else
   db="$work/relay.db"
 fi
-bin/relay --db "$db" --listen 127.0.0.1:0 --core "$core" --timeout 1 \
+bin/relay --db "$db" --listen 127.0.0.1:0 --core "$core" --timeout 1 "${relay_tls[@]}" \
   --metrics-listen 127.0.0.1:0 --metrics-refresh 1 2>"$work/relay.log" &
 pids+=($!)
 relay=$(wait_listening "$work/relay.log")
@@ -76,24 +97,34 @@ echo "core=$core relay=$relay ledger=$db"
 
 g1="$(date +%Y%m%d)MOB$(printf '%021d' $RANDOM$RANDOM)"
 say "1. a transfer: GUID $g1"
-bin/channel send --relay "$relay" --guid "$g1" --sent-at 20261129093000 --memo "rent november" --raw
+bin/channel send "${chan[@]}" --relay "$relay" --guid "$g1" --sent-at 20261129093000 --memo "rent november" --raw
 
 say "2. the channel retransmits it (same GUID, later sent_at): answered from the ledger"
-bin/channel send --relay "$relay" --guid "$g1" --sent-at 20261129093500 --memo "rent november" --raw
+bin/channel send "${chan[@]}" --relay "$relay" --guid "$g1" --sent-at 20261129093500 --memo "rent november" --raw
 echo "the reply is byte for byte the first one (first sent_at included); the core saw the GUID:"
-curl -s "$core/_stats" | grep -o "\"$g1\":[0-9]*" | head -n1 | sed 's/^/  by_guid /'
+curl -s "${curl_tls[@]}" "$core/_stats" | grep -o "\"$g1\":[0-9]*" | head -n1 | sed 's/^/  by_guid /'
 
 g2="$(date +%Y%m%d)MOB$(printf '%021d' $RANDOM$RANDOM$RANDOM)"
 say "3+4. a slow transfer ($g2) and two concurrent retransmissions"
-bin/channel send --relay "$relay" --guid "$g2" --memo "SLOW gift" --repeat 3 --concurrent || true
+bin/channel send "${chan[@]}" --relay "$relay" --guid "$g2" --memo "SLOW gift" --repeat 3 --concurrent || true
 echo "one send waited for the core and timed out (E901, UNKNOWN); the retransmissions got E903 at once."
 sql "SELECT guid, state, rsp_code, attempts, updated_at FROM tx WHERE guid='$g2'"
 
 say "4. the core finishes applying it; resolve settles the UNKNOWN row by inquiry (--min-age 4)"
 sleep 5
-bin/resolve --db "$db" --core "$core" --min-age 4 2>/dev/null
+bin/resolve --db "$db" --core "$core" --min-age 4 "${core_cli[@]}" 2>/dev/null
 echo "the channel asks again with the same GUID and gets the 0000 from the ledger:"
-bin/channel send --relay "$relay" --guid "$g2" --memo "SLOW gift"
+bin/channel send "${chan[@]}" --relay "$relay" --guid "$g2" --memo "SLOW gift"
+
+if [ "$tls" = 1 ]; then
+  say "refused: the mobile gateway's certificate sending as internet banking (IBK)"
+  bin/channel send "${chan[@]}" --relay "$relay" --channel IBK || true
+  echo "E900: the certificate names only urn:dedup:channel:MOB; no row, no call to the core:"
+  grep 'not allowed for client certificate' "$work/relay.log" | tail -n1
+  say "refused: a channel without a client certificate"
+  bin/channel send --tls --tls-ca "$pki/ca.pem" --relay "$relay" || true
+  grep 'TLS handshake refused' "$work/relay.log" | tail -n1
+fi
 
 say "5. the ledger"
 sql "SELECT guid, tx_code, state, rsp_code, attempts, updated_at, length(request) AS req_bytes, length(response) AS rsp_bytes FROM tx ORDER BY updated_at"
@@ -106,7 +137,7 @@ else
 fi
 
 say "the core's /_stats (every GUID POSTed and applied once)"
-curl -s "$core/_stats"; echo
+curl -s "${curl_tls[@]}" "$core/_stats"; echo
 
 say "what operators see: the relay's own dedup_* metrics (http://$metrics/metrics)"
 sleep 1.2   # one refresh of the ledger gauges

@@ -14,11 +14,14 @@
 #                                     a cluster of its own, and database
 #                                     crashes (pg_ctl stop -m immediate) and
 #                                     restarts join the faults
+#   scripts/faults.sh --tls           every link over TLS: channels with client
+#                                     certificates (channel binding), the core
+#                                     over https with a client certificate
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 
-runs=20 duration=12s seed=0 short=0 broken=0 parallel=2 ledger=sqlite
+runs=20 duration=12s seed=0 short=0 broken=0 parallel=2 ledger=sqlite tls=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --short) short=1; runs=3; duration=6s ;;
@@ -28,6 +31,7 @@ while [ $# -gt 0 ]; do
     --broken) broken=1 ;;
     --parallel) parallel="$2"; shift ;;
     --ledger) ledger="$2"; shift ;;
+    --tls) tls=true ;;
     *) echo "faults.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -35,7 +39,7 @@ done
 
 campaign() { # extra go test -args...
   go test -tags faults -count=1 -timeout 30m -parallel "$parallel" -run '^TestFaultCampaign$' -v ./e2e/ \
-    -args -faults.runs="$runs" -faults.seed="$seed" -faults.duration="$duration" -faults.ledger="$ledger" "$@"
+    -args -faults.runs="$runs" -faults.seed="$seed" -faults.duration="$duration" -faults.ledger="$ledger" -faults.tls="$tls" "$@"
 }
 summary() { grep -E '^(faults|check [0-9])' || true; }
 
@@ -57,7 +61,7 @@ if [ $status -ne 0 ]; then
   exit $status
 fi
 
-if [ "$short" = 1 ] && [ "$ledger" = sqlite ]; then
+if [ "$short" = 1 ] && [ "$ledger" = sqlite ] && [ "$tls" = false ]; then
   echo "== proof that the checks can fail: one run with a select-then-insert claim"
   set +e
   runs=1 duration=6s

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +34,13 @@ type Cluster struct {
 	bin    string   // directory of initdb and pg_ctl
 	prefix []string // runs a command as the cluster's owner (and in its namespace)
 	dbSeq  atomic.Int64
+	tls    *TLS
+}
+
+// TLS are the PEM files of a cluster that serves TLS: its certificate and
+// key, and the CA that clients verify it with.
+type TLS struct {
+	Cert, Key, CA string
 }
 
 // Options configure Start.
@@ -41,6 +49,9 @@ type Options struct {
 	Host string
 	// Netns, if set, runs the server inside that network namespace.
 	Netns string
+	// TLS, if set, turns ssl on with these files; clients on other hosts
+	// are then accepted over TLS only (hostssl).
+	TLS *TLS
 }
 
 // binDir finds the newest installed PostgreSQL's binaries.
@@ -78,7 +89,7 @@ func Start(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Host: opts.Host, bin: bin}
+	c := &Cluster{Host: opts.Host, bin: bin, tls: opts.TLS}
 	if c.Host == "" {
 		c.Host = "127.0.0.1"
 	}
@@ -109,11 +120,22 @@ func Start(opts Options) (*Cluster, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
+	if opts.TLS != nil {
+		if err := c.installTLS(opts.TLS); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
 	if c.Host != "127.0.0.1" {
-		// Clients on other (test-made) hosts connect over their links.
+		// Clients on other (test-made) hosts connect over their links:
+		// with TLS, over TLS only.
+		rule := "host all all 0.0.0.0/0 trust\n"
+		if opts.TLS != nil {
+			rule = "hostssl all all 0.0.0.0/0 trust\n"
+		}
 		f, err := os.OpenFile(filepath.Join(dir, "data", "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
 		if err == nil {
-			_, err = f.WriteString("host all all 0.0.0.0/0 trust\n")
+			_, err = f.WriteString(rule)
 			f.Close()
 		}
 		if err != nil {
@@ -136,6 +158,27 @@ func Start(opts Options) (*Cluster, error) {
 	return c, nil
 }
 
+// installTLS copies the certificate and key into the data directory,
+// owned by the server's user with the key 0600, as PostgreSQL requires.
+func (c *Cluster) installTLS(t *TLS) error {
+	for src, dst := range map[string]string{t.Cert: "server.crt", t.Key: "server.key"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(c.Dir, "data", dst)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return err
+		}
+		if fi, err := os.Stat(filepath.Join(c.Dir, "data")); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				os.Chown(path, int(st.Uid), int(st.Gid))
+			}
+		}
+	}
+	return nil
+}
+
 func (c *Cluster) run(name string, args ...string) ([]byte, error) {
 	argv := append(append([]string{}, c.prefix...), filepath.Join(c.bin, name))
 	argv = append(argv, args...)
@@ -149,6 +192,9 @@ func (c *Cluster) run(name string, args ...string) ([]byte, error) {
 func (c *Cluster) StartServer() error {
 	o := fmt.Sprintf("-p %d -k %s -c listen_addresses=%s -c fsync=on -c synchronous_commit=on -c max_connections=300 -c shared_buffers=64MB",
 		c.Port, c.Dir, c.Host)
+	if c.tls != nil {
+		o += " -c ssl=on"
+	}
 	if out, err := c.run("pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-l", filepath.Join(c.Dir, "log"), "-w", "-t", "60", "-o", o, "start"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(c.Dir, "log"))
 		return fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
@@ -177,7 +223,11 @@ func (c *Cluster) URL(db string) string { return c.URLAt(c.Host, db) }
 // URLAt returns the TCP URL of database db at host (a cluster listening on
 // several addresses, "*", is reached at one of them).
 func (c *Cluster) URLAt(host, db string) string {
-	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", net.JoinHostPort(host, strconv.Itoa(c.Port)), db)
+	mode := "sslmode=disable"
+	if c.tls != nil {
+		mode = "sslmode=verify-full&sslrootcert=" + c.tls.CA
+	}
+	return fmt.Sprintf("postgres://postgres@%s/%s?%s", net.JoinHostPort(host, strconv.Itoa(c.Port)), db, mode)
 }
 
 // SocketURL returns the URL of database db through the cluster's Unix
