@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -92,7 +93,7 @@ type loadCmd struct {
 	Duration cli.Seconds `name:"duration" default:"10" help:"Seconds to run (unless --count)."`
 	Count    cli.Whole   `name:"count" default:"0" help:"Send this many telegrams, then stop (0: use --duration)."`
 	DupRatio float64     `name:"dup-ratio" default:"0" help:"Fraction (0..1) of sends that retransmit a recent GUID of another connection."`
-	Core     string      `name:"core" help:"The fixture core's URL: check /_stats for GUIDs applied more than once."`
+	Core     string      `name:"core" help:"The fixture core's URL: check /_stats for GUIDs applied more than once (https: with the --tls-* files)."`
 }
 
 type flags struct {
@@ -259,7 +260,14 @@ func load(ctx context.Context, c *loadCmd) int {
 	if c.Core == "" {
 		return cli.ExitOK
 	}
-	stats, err := channelsim.FetchStats(context.Background(), c.Core)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	if strings.HasPrefix(c.Core, "https://") && tcfg != nil {
+		// The fixture core over https: the same CA and client certificate.
+		cc := tcfg.Clone()
+		cc.ServerName = ""
+		client.Transport = &http.Transport{Proxy: nil, TLSClientConfig: cc}
+	}
+	stats, err := channelsim.FetchStatsVia(context.Background(), client, c.Core)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "channel: error: %v\n", err)
 		return cli.ExitRuntime

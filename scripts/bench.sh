@@ -20,14 +20,24 @@
 #   server's own CPU is not in it), and the number of GUIDs the core applied
 #   twice (must be 0).
 #
+# Table 3 (real binaries): the cost of TLS. The same load with a SQLite
+#   ledger on the disk, once plain (channels over TCP, the core over http)
+#   and once with TLS on both links (channels over mutual TLS with their
+#   client certificates, the core over https with the relay's client
+#   certificate; keep-alive connections and session resumption, as
+#   deployed); relay CPU per transaction; tls_vs_plain = TLS tx/s / plain.
+#
 # Also: the idle fsync p50 of this disk for an in-place overwrite of 16 KiB.
 #
 #   scripts/bench.sh [SECONDS_PER_POINT]     (default 5)
+#   BENCH_TABLES="3" scripts/bench.sh        only some tables (default "1 2 3")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 secs=${1:-5}
+tables=${BENCH_TABLES:-1 2 3}
+want() { [[ " $tables " == *" $1 "* ]]; }
 
 go build -buildvcs=auto -o bin/ ./...
 work=$(mktemp -d "$PWD/.bench.XXXXXX")   # on the repository's disk, not /tmp
@@ -57,6 +67,7 @@ fsync_p50=$(DEDUP_FSYNC_DIR="$work" go test -run '^$' -bench FsyncInPlace -bench
 echo "idle fsync p50: $fsync_p50 ms"
 echo
 
+if want 1; then
 echo "== table 1: relay server in-process, ledger vs in-memory ceiling (10 % retransmissions)"
 n64=$((secs * 6000)); n16=$((secs * 4000)); n1=$((secs * 800))
 raw="$work/gobench.txt"
@@ -86,6 +97,32 @@ awk -v fsync="$fsync_p50" '
       printf "target 1 conn, FULL p50 <= memory p50 + 2 x fsync p50 + 0.15 = %.3f ms: %.3f ms (the floor: %.3f ms)\n", p50[1,"memory"]+2*fsync+0.15, p50[1,"full"], p50[1,"memory+fsync"]
   }' "$raw"
 
+fi
+
+# load_point DB CORE RELAY_ARGS... -- CHANNEL_ARGS...: runs one point of
+# channel load against a fresh relay and prints its row's numbers.
+load_point() {
+  local db=$1 core=$2; shift 2
+  local rargs=() cargs=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do rargs+=("$1"); shift; done
+  shift
+  cargs=("$@")
+  bin/relay --db "$db" --listen 127.0.0.1:0 --core "$core" "${rargs[@]}" 2>"$work/relay.log" &
+  rpid=$!
+  relay=$(wait_listening "$work/relay.log")
+  before=$(cpu_ticks "$rpid")
+  out=$(bin/channel load --relay "$relay" --conns "$c" --duration "$secs" --dup-ratio 0.1 --amount 1 "${cargs[@]}")
+  after=$(cpu_ticks "$rpid")
+  kill -TERM "$rpid"; wait "$rpid" || true
+  tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
+  sent=$(sed -n 's/.* sent=\([0-9]*\) .*/\1/p' <<<"$out")
+  p50=$(sed -n 's/.*p50=\([0-9.]*\).*/\1/p' <<<"$out")
+  p99=$(sed -n 's/.*p99=\([0-9.]*\).*/\1/p' <<<"$out")
+  twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
+  cpu=$(( (after - before) * 10000 * 1000 / (sent > 0 ? sent : 1) / 1000 ))
+}
+
+if want 2; then
 echo
 echo "== table 2: real binaries, channel load --dup-ratio 0.1, ${secs}s per point"
 bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
@@ -108,19 +145,42 @@ for where in disk tmpfs postgres; do
       rm -f "$dir"/relay.db*
       db="$dir/relay.db"
     fi
-    bin/relay --db "$db" --listen 127.0.0.1:0 --core "$core" 2>"$work/relay.log" &
-    rpid=$!
-    relay=$(wait_listening "$work/relay.log")
-    before=$(cpu_ticks "$rpid")
-    out=$(bin/channel load --relay "$relay" --conns "$c" --duration "$secs" --dup-ratio 0.1 --amount 1 --core "$core")
-    after=$(cpu_ticks "$rpid")
-    kill -TERM "$rpid"; wait "$rpid" || true
-    tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
-    sent=$(sed -n 's/.* sent=\([0-9]*\) .*/\1/p' <<<"$out")
-    p50=$(sed -n 's/.*p50=\([0-9.]*\).*/\1/p' <<<"$out")
-    p99=$(sed -n 's/.*p99=\([0-9.]*\).*/\1/p' <<<"$out")
-    twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
-    cpu=$(( (after - before) * 10000 * 1000 / (sent > 0 ? sent : 1) / 1000 ))
+    load_point "$db" "$core" -- --core "$core"
     printf "%-8s %-6s %9s %8s %8s %10s %14s\n" "$where" "$c" "$tps" "$p50" "$p99" "$cpu" "$twice"
   done
 done
+kill "${pids[0]}" 2>/dev/null; wait "${pids[0]}" 2>/dev/null || true
+pids=()
+fi
+
+if want 3; then
+echo
+echo "== table 3: TLS on both links against plain, SQLite FULL on the disk, ${secs}s per point"
+pki=$(scripts/certs.sh "$work/pki")
+bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
+pids+=($!)
+plain_core="http://$(wait_listening "$work/core.log")"
+bin/fixturecore --listen 127.0.0.1:0 --quiet --tls-cert "$pki/server.pem" --tls-key "$pki/server-key.pem" \
+  --client-ca "$pki/ca.pem" 2>"$work/tcore.log" &
+pids+=($!)
+tls_core="https://$(wait_listening "$work/tcore.log")"
+core_cli=(--core-ca "$pki/ca.pem" --core-cert "$pki/relay.pem" --core-key "$pki/relay-key.pem")
+printf "%-6s %-6s %9s %8s %8s %10s %14s %13s\n" "links" "conns" "tx/s" "p50ms" "p99ms" "cpu_us/tx" "applied_twice" "tls_vs_plain"
+for c in 1 16 64; do
+  for links in plain tls; do
+    rm -f "$work"/relay.db*
+    if [ "$links" = plain ]; then
+      load_point "$work/relay.db" "$plain_core" -- --core "$plain_core"
+      plain_tps=$tps
+      ratio="-"
+    else
+      load_point "$work/relay.db" "$tls_core" --tls-cert "$pki/server.pem" --tls-key "$pki/server-key.pem" \
+        --client-ca "$pki/ca.pem" "${core_cli[@]}" -- --tls --tls-ca "$pki/ca.pem" --tls-cert "$pki/mob.pem" \
+        --tls-key "$pki/mob-key.pem" --core "$tls_core"
+      ratio=$(awk -v a="$tps" -v b="$plain_tps" 'BEGIN { printf "%.0f%%", 100*a/(b>0?b:1) }')
+    fi
+    printf "%-6s %-6s %9s %8s %8s %10s %14s %13s\n" "$links" "$c" "$tps" "$p50" "$p99" "$cpu" "$twice" "$ratio"
+  done
+done
+echo "target: TLS costs at most 25 % of the plain relay's tx/s at 64 connections (tls_vs_plain >= 75 %)"
+fi
