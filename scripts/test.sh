@@ -3,7 +3,7 @@
 # set-up, formatting, go vet, every test under the race detector (the
 # end-to-end tests build the binaries with -race too), the end-to-end tests
 # again on a PostgreSQL ledger, the alert rules' unit tests, and short fault
-# campaigns on both ledgers. PostgreSQL clusters are started by the tests
+# campaigns on both ledgers and over TLS. PostgreSQL clusters are started by the tests
 # themselves (throwaway, on free loopback ports) and removed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,3 +32,5 @@ echo "== short fault campaign (SQLite)"
 scripts/faults.sh --short
 echo "== short fault campaign (PostgreSQL, with database crashes)"
 scripts/faults.sh --short --ledger postgres
+echo "== short fault campaign over TLS (channels over mutual TLS, the core over https)"
+scripts/faults.sh --short --tls
