@@ -34,6 +34,14 @@ var ErrClosed = errors.New("ledger closed")
 // lock for longer than BusyTimeout. Nothing was written.
 var ErrBusy = errors.New("ledger busy: another writer held the lock for longer than the busy timeout")
 
+// ErrNotCommitted is returned by a write that the database acknowledged in
+// a way that does not make it a commit the relay may act on: PostgreSQL
+// committed it locally but warned that it might not have reached the
+// synchronous standby, or the server was no longer the primary. The caller
+// must act as if it never happened (a claim sends nothing); if it did
+// commit somewhere, the sweep and resolve settle the row.
+var ErrNotCommitted = errors.New("write not committed as the ledger requires")
+
 // Row is one ledger row.
 type Row struct {
 	GUID     string

@@ -144,6 +144,7 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 		cfg.MaxConns = DefaultConns
 	}
 	cfg.MinConns = 0
+	configureHA(cfg, sync == "normal")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*ConnectTimeout)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -151,7 +152,7 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 		return nil, err
 	}
 	l := &Ledger{pool: pool, faults: opts.Faults, onCommit: opts.OnCommit, maxBatch: opts.MaxBatch}
-	if err := l.prepare(ctx, sync == "normal"); err != nil {
+	if err := l.prepare(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -168,19 +169,14 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 	return l, nil
 }
 
-func (l *Ledger) prepare(ctx context.Context, normal bool) error {
+// prepare applies the schema. The first connection also proves that the
+// database is reachable and its sessions durable (durableSession).
+func (l *Ledger) prepare(ctx context.Context) error {
 	c, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot reach the database: %w", err)
 	}
 	defer c.Release()
-	var sc string
-	if err := c.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil {
-		return fmt.Errorf("read synchronous_commit: %w", err)
-	}
-	if (sc == "off" || sc == "local") && !normal {
-		return fmt.Errorf("synchronous_commit is %q: a claim could be acknowledged and then lost; set it to on (or pass --synchronous normal to accept that risk)", sc)
-	}
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("apply schema: %w", err)
@@ -337,24 +333,24 @@ func (l *Ledger) runOne(ctx context.Context, o *wop) error {
 	ctx, cancel := bound(ctx)
 	defer cancel()
 	start := time.Now()
-	if l.faults == nil {
-		if err := o.exec(ctx, l.pool); err != nil {
+	err := l.onConn(ctx, func(c *pgxpool.Conn) error {
+		if l.faults == nil {
+			return classify(o.exec(ctx, c))
+		}
+		tx, err := c.Begin(ctx)
+		if err != nil {
 			return classify(err)
 		}
-		if l.onCommit != nil {
-			l.onCommit(time.Since(start), 1)
+		defer tx.Rollback(ctx)
+		if err := o.exec(ctx, tx); err != nil {
+			return classify(err)
 		}
-		return nil
+		return l.commit(ctx, tx)
+	})
+	if err == nil && l.onCommit != nil {
+		l.onCommit(time.Since(start), 1)
 	}
-	tx, err := l.pool.Begin(ctx)
-	if err != nil {
-		return classify(err)
-	}
-	defer tx.Rollback(ctx)
-	if err := o.exec(ctx, tx); err != nil {
-		return classify(err)
-	}
-	return l.commit(ctx, tx, start, 1)
+	return err
 }
 
 // runBatch runs writes in one transaction, pipelined. Their row locks are
@@ -367,30 +363,36 @@ func (l *Ledger) runBatch(batch []*wop) error {
 	start := time.Now()
 	sorted := slices.Clone(batch)
 	slices.SortStableFunc(sorted, func(a, b *wop) int { return strings.Compare(a.key, b.key) })
-	tx, err := l.pool.Begin(ctx)
-	if err != nil {
-		return classify(err)
-	}
-	defer tx.Rollback(ctx)
-	var b pgx.Batch
-	for _, o := range sorted {
-		b.Queue(o.sql, o.args...)
-	}
-	br := tx.SendBatch(ctx, &b)
-	for _, o := range sorted {
-		if err := o.read(br); err != nil {
-			br.Close()
+	err := l.onConn(ctx, func(c *pgxpool.Conn) error {
+		tx, err := c.Begin(ctx)
+		if err != nil {
 			return classify(err)
 		}
+		defer tx.Rollback(ctx)
+		var b pgx.Batch
+		for _, o := range sorted {
+			b.Queue(o.sql, o.args...)
+		}
+		br := tx.SendBatch(ctx, &b)
+		for _, o := range sorted {
+			if err := o.read(br); err != nil {
+				br.Close()
+				return classify(err)
+			}
+		}
+		if err := br.Close(); err != nil {
+			return classify(err)
+		}
+		return l.commit(ctx, tx)
+	})
+	if err == nil && l.onCommit != nil {
+		l.onCommit(time.Since(start), len(batch))
 	}
-	if err := br.Close(); err != nil {
-		return classify(err)
-	}
-	return l.commit(ctx, tx, start, len(batch))
+	return err
 }
 
 // commit commits tx, with the test hooks around it.
-func (l *Ledger) commit(ctx context.Context, tx pgx.Tx, start time.Time, writes int) error {
+func (l *Ledger) commit(ctx context.Context, tx pgx.Tx) error {
 	if l.faults != nil && l.faults.BeforeCommit != nil {
 		if err := l.faults.BeforeCommit(); err != nil {
 			return fmt.Errorf("commit: %w", err)
@@ -403,9 +405,6 @@ func (l *Ledger) commit(ctx context.Context, tx pgx.Tx, start time.Time, writes 
 		if err := l.faults.AfterCommit(); err != nil {
 			return fmt.Errorf("commit acknowledgement: %w", err)
 		}
-	}
-	if l.onCommit != nil {
-		l.onCommit(time.Since(start), writes)
 	}
 	return nil
 }
