@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ import (
 	"gotest.tools/v3/assert"
 
 	"dedup/channelsim"
+	"dedup/internal/hatest"
 	"dedup/internal/pgtest"
 	"dedup/lhstd"
 )
@@ -38,7 +40,7 @@ var (
 	fDuration = flag.Duration("faults.duration", 12*time.Second, "load per run")
 	fChannels = flag.Int("faults.channels", 12, "simulated channels per run")
 	fBroken   = flag.Bool("faults.broken", false, "use a relay built with a select-then-insert claim: the checks must fail")
-	fLedger   = flag.String("faults.ledger", "sqlite", "sqlite, or postgres: each run gets a PostgreSQL cluster of its own, and database restarts join the faults")
+	fLedger   = flag.String("faults.ledger", "sqlite", "sqlite; postgres: each run gets a PostgreSQL cluster of its own, and database restarts join the faults; patroni: each run gets etcd and three Patroni nodes, and failovers join the faults")
 	fTLS      = flag.Bool("faults.tls", false, "channels over mutual TLS (with channel binding) and the core over https with a client certificate")
 )
 
@@ -87,6 +89,7 @@ type counters struct {
 	tx, retrans, hangups, bursts                                        atomic.Int64
 	relayKill, relayTerm, coreDown, coreKill, resolve, reprocess, purge atomic.Int64
 	dbRestart, relayFreeze                                              atomic.Int64
+	haPostmaster, haHostLoss, haSwitchover, haSyncLost, haIsolated      atomic.Int64
 }
 
 // campaign is one seeded run.
@@ -102,6 +105,10 @@ type campaign struct {
 	state    string
 	relayBin string
 	pg       *pgtest.Cluster // the run's own cluster with -faults.ledger=postgres
+	ha       *hatest.Cluster // the run's own HA cluster with -faults.ledger=patroni
+	dbFlags  []string        // extra ledger flags of every binary
+	// primaryLost are the moments a primary was lost (for the failover time).
+	primaryLost []time.Duration
 
 	// With -faults.tls: the run's own CA and what each party needs of it.
 	coreServe  []string    // the fixture core's TLS flags
@@ -141,7 +148,7 @@ func (c *campaign) startRelay(i int) { c.relays[i] = c.relayAt(c.raddrs[i]) }
 func (c *campaign) relayAt(addr string) *proc {
 	args := []string{"--db", c.db, "--listen", addr, "--core", c.coreURL,
 		"--timeout", relayTimeout, "--connect-timeout", relayConnect, "--orphan-after", fmt.Sprint(orphanAfter.Seconds())}
-	return start(c.t, c.relayBin, append(append(args, c.listener...), c.coreClient...)...)
+	return start(c.t, c.relayBin, append(append(append(args, c.dbFlags...), c.listener...), c.coreClient...)...)
 }
 
 // setUpTLS makes the run's CA and certificates: every link of the
@@ -171,6 +178,7 @@ func TestFaultCampaign(t *testing.T) {
 	var checksMu sync.Mutex
 	var violations []string
 	var stats struct{ guids, applied, receivedTwice, explained, done, exhausted, neverAccepted, ok0000 int }
+	var failovers []time.Duration
 	fmt.Printf("faults: runs=%d first seed=%d duration=%v channels=%d broken=%v ledger=%s tls=%v\n", *fRuns, seed, *fDuration, *fChannels, *fBroken, *fLedger, *fTLS)
 	begin := time.Now()
 	t.Run("runs", func(t *testing.T) {
@@ -190,6 +198,7 @@ func TestFaultCampaign(t *testing.T) {
 				stats.exhausted += res.exhausted
 				stats.neverAccepted += res.neverAccepted
 				stats.ok0000 += res.ok0000
+				failovers = append(failovers, res.failovers...)
 				if len(res.violations) > 0 {
 					violations = append(violations, res.violations...)
 					t.Errorf("seed %d: %d violations; replay with: scripts/faults.sh --seed %d --runs 1\n%s\nrun log:\n%s",
@@ -203,6 +212,17 @@ func TestFaultCampaign(t *testing.T) {
 		*fRuns, time.Since(begin).Seconds(), n.tx.Load(), n.retrans.Load(), n.hangups.Load(), n.bursts.Load())
 	fmt.Printf("faults injected: relay_kill9=%d relay_sigterm=%d relay_sigstop=%d core_down=%d core_kill9=%d db_restart=%d resolve=%d reprocess=%d purge=%d\n",
 		n.relayKill.Load(), n.relayTerm.Load(), n.relayFreeze.Load(), n.coreDown.Load(), n.coreKill.Load(), n.dbRestart.Load(), n.resolve.Load(), n.reprocess.Load(), n.purge.Load())
+	if *fLedger == "patroni" {
+		fmt.Printf("faults injected (HA): primary_postmaster_kill9=%d primary_host_lost=%d primary_isolated=%d switchover=%d sync_standby_lost=%d\n",
+			n.haPostmaster.Load(), n.haHostLoss.Load(), n.haIsolated.Load(), n.haSwitchover.Load(), n.haSyncLost.Load())
+		if len(failovers) > 0 {
+			slices.Sort(failovers)
+			fmt.Printf("failover (first E902 to the next 0000 after a primary was lost): n=%d p50=%.1fs max=%.1fs target p50 <= ttl+5 = %ds\n",
+				len(failovers), failovers[len(failovers)/2].Seconds(), failovers[len(failovers)-1].Seconds(), hatest.TTL+5)
+		} else {
+			fmt.Println("failover: no primary lost with an E902 seen in these runs")
+		}
+	}
 	kinds := map[string]int{}
 	for _, v := range violations {
 		kinds[strings.SplitN(v, ":", 2)[0]]++
@@ -241,20 +261,31 @@ func buildBrokenRelay(t *testing.T) string {
 type runResult struct {
 	guids, applied, receivedTwice, explained, done, exhausted, neverAccepted, ok0000 int
 	violations                                                                       []string
+	failovers                                                                        []time.Duration
 }
 
 func (c *campaign) run() runResult {
 	t := c.t
 	c.hist = history{start: time.Now(), events: map[string][]event{}, memo: map[string]string{}}
 	c.db = filepath.Join(c.dir, "relay.db")
-	if *fLedger == "postgres" {
+	switch *fLedger {
+	case "postgres":
 		pg, err := pgtest.Start(pgtest.Options{})
 		assert.NilError(t, err)
 		t.Cleanup(pg.Remove)
 		c.pg = pg
 		c.db, err = pg.NewDatabase()
 		assert.NilError(t, err)
+	case "patroni":
+		// Each node a host of its own, so that the primary can be cut off.
+		ha, err := hatest.Start(hatest.Options{Netns: true})
+		assert.NilError(t, err)
+		t.Cleanup(ha.Remove)
+		c.ha = ha
+		c.db = ha.URL(ha.DB)
+		c.dbFlags = []string{"--db-insecure"} // the nodes are not on loopback; TLS is not this mode's subject
 	}
+	c.hist.start = time.Now() // the history (and the failover times) start with the load
 	c.state = filepath.Join(c.dir, "core.json")
 	c.coreAddr = freeAddr(t)
 	c.coreURL = "http://" + c.coreAddr
@@ -278,7 +309,11 @@ func (c *campaign) run() runResult {
 	}
 	c.logf("seed %d: %d relay(s), core %s", c.seed, nRelays, c.coreAddr)
 
-	ctx, stopLoad := context.WithTimeout(context.Background(), *fDuration)
+	load := *fDuration
+	if c.ha != nil && load < haMinLoad {
+		load = haMinLoad // channels keep sending through the whole failover
+	}
+	ctx, stopLoad := context.WithTimeout(context.Background(), load)
 	defer stopLoad()
 	var wg sync.WaitGroup
 	for ch := 0; ch < *fChannels; ch++ {
@@ -290,7 +325,9 @@ func (c *campaign) run() runResult {
 	wg.Wait()
 	<-faultsDone
 	c.settle(db)
-	return c.check(db)
+	res := c.check(db)
+	res.failovers = c.failovers()
+	return res
 }
 
 // channel sends fresh transfers and retransmits each the way a real channel
@@ -402,6 +439,16 @@ func (c *campaign) hangup(addr, g string, id int, tg []byte) {
 func (c *campaign) faults(ctx context.Context) {
 	var jobs sync.WaitGroup
 	defer jobs.Wait()
+	if c.ha != nil {
+		// Every run starts with an HA fault, in rotation by seed, so that a
+		// campaign of 5 or more runs has each of them at least once.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		c.haFault(int(c.seed % haFaultKinds))
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -409,10 +456,20 @@ func (c *campaign) faults(ctx context.Context) {
 		case <-time.After(time.Duration(300+c.intn(900)) * time.Millisecond):
 		}
 		kinds := 8
-		if c.pg != nil {
+		switch {
+		case c.pg != nil:
 			kinds = 9
+		case c.ha != nil:
+			kinds = 10
 		}
-		switch k := c.intn(kinds); k {
+		k := c.intn(kinds)
+		if c.ha != nil && k >= 8 {
+			// A failover fault more often than any other: it is what the
+			// HA ledger is for.
+			c.haFault(c.intn(haFaultKinds))
+			continue
+		}
+		switch k {
 		case 7: // SIGSTOP a relay for longer than --orphan-after + --min-age
 			c.freeze()
 		case 0: // kill -9 a relay, restart it on the same ledger
@@ -466,6 +523,120 @@ func (c *campaign) faults(ctx context.Context) {
 	}
 }
 
+// haMinLoad is the least load per run on an HA ledger: the first fault
+// comes after a second, and a lost primary is replaced after about ttl
+// plus a few seconds, during which channels must keep sending for the
+// failover to be measured and its edges exercised.
+const haMinLoad = 25 * time.Second
+
+// haFaultKinds is how many kinds of HA fault haFault knows.
+const haFaultKinds = 5
+
+// haFault does to the HA cluster one thing of a bad day, and waits until
+// it is healthy again (the lost node back) before the next fault.
+func (c *campaign) haFault(kind int) {
+	switch kind {
+	case 4:
+		n, err := c.ha.Leader()
+		if err != nil {
+			return
+		}
+		c.n.haIsolated.Add(1)
+		c.logf("the primary %s cut off the network", n.Name)
+		c.lostPrimary()
+		if err := n.Isolate(); err != nil {
+			c.t.Errorf("seed %d: %v", c.seed, err)
+			return
+		}
+		time.Sleep(time.Duration(hatest.TTL+3+c.intn(5)) * time.Second)
+		n.Reconnect()
+	case 0:
+		n, err := c.ha.Leader()
+		if err != nil {
+			return
+		}
+		c.n.haPostmaster.Add(1)
+		c.logf("kill -9 of the primary's postmaster (%s)", n.Name)
+		c.lostPrimary()
+		n.KillPostmaster()
+	case 1:
+		n, err := c.ha.Leader()
+		if err != nil {
+			return
+		}
+		c.n.haHostLoss.Add(1)
+		c.logf("the primary host lost: Patroni and PostgreSQL of %s killed", n.Name)
+		c.lostPrimary()
+		n.Kill()
+		time.Sleep(time.Duration(hatest.TTL+3+c.intn(5)) * time.Second)
+		if err := n.Start(); err != nil {
+			c.t.Errorf("seed %d: %v", c.seed, err)
+		}
+	case 2:
+		c.n.haSwitchover.Add(1)
+		c.logf("planned switchover")
+		if err := c.ha.Switchover(""); err != nil {
+			c.logf("switchover: %v", err)
+		}
+	case 3:
+		n, err := c.ha.SyncStandby()
+		if err != nil {
+			return
+		}
+		c.n.haSyncLost.Add(1)
+		c.logf("the synchronous standby %s lost", n.Name)
+		n.Kill()
+		time.Sleep(time.Duration(2+c.intn(4)) * time.Second)
+		if err := n.Start(); err != nil {
+			c.t.Errorf("seed %d: %v", c.seed, err)
+		}
+	}
+	if err := c.ha.WaitHealthy(120 * time.Second); err != nil {
+		c.t.Errorf("seed %d: the HA cluster did not recover: %v", c.seed, err)
+	}
+}
+
+func (c *campaign) lostPrimary() {
+	c.mu.Lock()
+	c.primaryLost = append(c.primaryLost, time.Since(c.hist.start))
+	c.mu.Unlock()
+}
+
+// failovers are, for every primary lost, the time channels saw no
+// service: the first E902 reply after the loss to the first 0000 after that.
+func (c *campaign) failovers() []time.Duration {
+	type ev struct {
+		at   time.Duration
+		code string
+	}
+	var evs []ev
+	c.hist.mu.Lock()
+	for _, es := range c.hist.events {
+		for _, e := range es {
+			evs = append(evs, ev{e.at, e.code})
+		}
+	}
+	c.hist.mu.Unlock()
+	sort.Slice(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
+	var out []time.Duration
+	for _, lost := range c.primaryLost {
+		var e902 time.Duration = -1
+		for _, e := range evs {
+			if e.at < lost {
+				continue
+			}
+			if e902 < 0 && e.code == "E902" {
+				e902 = e.at
+			}
+			if e902 >= 0 && e.code == "0000" {
+				out = append(out, e.at-e902)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // freeze stops a relay (SIGSTOP, as a paused VM would be) while its claims
 // are in flight, lets another relay's start-up sweep move them to UNKNOWN
 // once they are older than --orphan-after, runs resolve and reprocess
@@ -506,6 +677,7 @@ func (c *campaign) runJob(job string) string {
 	if job != "purge" {
 		args = append(args, c.coreClient...)
 	}
+	args = append(args, c.dbFlags...)
 	out, err := exec.Command(bin(job), args...).Output()
 	line := lastLine(string(out))
 	c.logf("%s: %s", job, line)
@@ -515,7 +687,7 @@ func (c *campaign) runJob(job string) string {
 		if errors.As(err, &ee) {
 			stderr = string(ee.Stderr)
 		}
-		if c.pg != nil && strings.Contains(stderr, "error:") {
+		if (c.pg != nil || c.ha != nil) && strings.Contains(stderr, "error:") {
 			// The database may have been down: a runtime error (exit 1),
 			// the rows stay for the next run, and the checks still judge.
 			c.logf("%s: %v: %s", job, err, strings.TrimSpace(stderr))

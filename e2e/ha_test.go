@@ -17,9 +17,9 @@ import (
 
 // startHA starts etcd and three Patroni-managed PostgreSQL nodes for this
 // test. It fails, never skips, when etcd or Patroni is missing.
-func startHA(t *testing.T) *hatest.Cluster {
+func startHA(t *testing.T, opts hatest.Options) *hatest.Cluster {
 	t.Helper()
-	c, err := hatest.Start(hatest.Options{})
+	c, err := hatest.Start(opts)
 	assert.NilError(t, err)
 	t.Cleanup(c.Remove)
 	return c
@@ -113,16 +113,19 @@ func (l *haLoad) failover() time.Duration {
 
 // Losing the database host loses nothing: a relay on a multi-host URL
 // keeps serving through each fault of a bad day (the primary's postmaster
-// killed, the primary host lost, a planned switchover, the synchronous
-// standby lost), and afterwards no GUID was applied twice, every GUID the
-// relay answered with anything but E902 has its row on the new primary,
-// and every 0000 is the core's truth.
+// killed, the primary host lost, the primary cut off the network, a
+// planned switchover, the synchronous standby lost), and afterwards no
+// GUID was applied twice, every GUID the relay answered with anything but
+// E902 has its row on the new primary (so the isolated primary
+// acknowledged no claim the new one lacks), and every 0000 is the core's
+// truth. The nodes are hosts of their own (network namespaces).
 func TestHAFailoversLoseNothing(t *testing.T) {
 	t.Parallel()
-	ha := startHA(t)
+	ha := startHA(t, hatest.Options{Netns: true})
 	url := ha.URL(ha.DB)
 	c := startCore(t, "--quiet")
-	timing := []string{"--timeout", "1", "--connect-timeout", "0.3", "--orphan-after", "8.3"}
+	// The nodes are not on loopback; this test is about failover, not TLS.
+	timing := []string{"--timeout", "1", "--connect-timeout", "0.3", "--orphan-after", "8.3", "--db-insecure"}
 	r := startRelay(t, url, c.url, timing...)
 	for _, f := range []struct {
 		name  string
@@ -139,6 +142,16 @@ func TestHAFailoversLoseNothing(t *testing.T) {
 			assert.NilError(t, err)
 			n.Kill()
 			return n
+		}},
+		{"the primary cut off the network", func(t *testing.T) *hatest.Node {
+			n, err := ha.Leader()
+			assert.NilError(t, err)
+			assert.NilError(t, n.Isolate())
+			go func() {
+				time.Sleep((hatest.TTL + 5) * time.Second) // a new primary serves meanwhile
+				n.Reconnect()
+			}()
+			return nil
 		}},
 		{"planned switchover", func(t *testing.T) *hatest.Node {
 			assert.NilError(t, ha.Switchover(""))
@@ -162,7 +175,9 @@ func TestHAFailoversLoseNothing(t *testing.T) {
 				if load.firstE902.Load() != 0 && load.firstOKAfter.Load() == 0 {
 					return poll.Continue("no service yet")
 				}
-				if time.Since(time.Unix(0, load.fault.Load())) < 3*time.Second {
+				// A claim in flight when the primary went away ends by its
+				// client deadline (6 s) before its E902 is seen.
+				if time.Since(time.Unix(0, load.fault.Load())) < 8*time.Second {
 					return poll.Continue("the fault is young")
 				}
 				return poll.Success()
@@ -174,7 +189,13 @@ func TestHAFailoversLoseNothing(t *testing.T) {
 				assert.NilError(t, back.Start())
 			}
 			assert.NilError(t, ha.WaitHealthy(120*time.Second))
-			t.Logf("%s: %d GUIDs; failover as channels saw it: %v", f.name, len(load.tgs), load.failover().Round(10*time.Millisecond))
+			hist := map[string]int{}
+			for _, cds := range load.replies {
+				for _, cd := range cds {
+					hist[cd]++
+				}
+			}
+			t.Logf("%s: %d GUIDs, replies %v; failover as channels saw it: %v", f.name, len(load.tgs), hist, load.failover().Round(10*time.Millisecond))
 			settleAndCheckHA(t, url, c, load, timing)
 		})
 	}
@@ -199,7 +220,7 @@ func settleAndCheckHA(t *testing.T, url string, c *core, load *haLoad, timing []
 	}, poll.WithTimeout(60*time.Second), poll.WithDelay(500*time.Millisecond))
 	waitSQL(t, db, "SELECT count(*)=0 FROM tx WHERE state='UNKNOWN' AND updated_at > datetime('now', '-2 seconds')")
 	for _, job := range [][]string{{"resolve", "--min-age", "2"}, {"reprocess", "--max-attempts", "3"}} {
-		res := runJob(t, job[0], append([]string{"--db", url, "--core", c.url}, append(job[1:], timing[:4]...)...)...)
+		res := runJob(t, job[0], append([]string{"--db", url, "--core", c.url, "--db-insecure"}, append(job[1:], timing[:4]...)...)...)
 		res.Assert(t, icmd.Success)
 	}
 	s := c.stats(t)
@@ -240,7 +261,7 @@ func settleAndCheckHA(t *testing.T, url string, c *core, load *haLoad, timing []
 // the channel's retransmission is sent exactly once.
 func TestHACancelledSyncWaitIsNotAClaim(t *testing.T) {
 	t.Parallel()
-	ha := startHA(t)
+	ha := startHA(t, hatest.Options{})
 	url := ha.URL(ha.DB)
 	c := startCore(t, "--quiet")
 	timing := []string{"--timeout", "1", "--connect-timeout", "0.3", "--orphan-after", "8.3"}

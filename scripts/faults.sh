@@ -14,6 +14,13 @@
 #                                     a cluster of its own, and database
 #                                     crashes (pg_ctl stop -m immediate) and
 #                                     restarts join the faults
+#   scripts/faults.sh --ledger patroni    each run has etcd and three
+#                                     Patroni-managed PostgreSQL nodes
+#                                     (synchronous mode strict): the primary's
+#                                     postmaster killed, the primary host lost,
+#                                     switchovers and the synchronous standby
+#                                     lost join the faults; prints the
+#                                     failover time (p50, max)
 #   scripts/faults.sh --tls           every link over TLS: channels with client
 #                                     certificates (channel binding), the core
 #                                     over https with a client certificate
@@ -24,13 +31,15 @@ export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 runs=20 duration=12s seed=0 short=0 broken=0 parallel=2 ledger=sqlite tls=false
 while [ $# -gt 0 ]; do
   case "$1" in
-    --short) short=1; runs=3; duration=6s ;;
+    --short) short=1; runs=${runs_short:-3}; duration=6s ;;
     --runs) runs="$2"; shift ;;
     --seed) seed="$2"; shift ;;
     --duration) duration="$2"; shift ;;
     --broken) broken=1 ;;
     --parallel) parallel="$2"; shift ;;
-    --ledger) ledger="$2"; shift ;;
+    --ledger) ledger="$2"; shift
+      # Three PostgreSQL nodes, etcd and Patroni per run: one run at a time.
+      [ "$ledger" = patroni ] && parallel=1 ;;
     --tls) tls=true ;;
     *) echo "faults.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -41,7 +50,7 @@ campaign() { # extra go test -args...
   go test -tags faults -count=1 -timeout 30m -parallel "$parallel" -run '^TestFaultCampaign$' -v ./e2e/ \
     -args -faults.runs="$runs" -faults.seed="$seed" -faults.duration="$duration" -faults.ledger="$ledger" -faults.tls="$tls" "$@"
 }
-summary() { grep -E '^(faults|check [0-9])' || true; }
+summary() { grep -E '^(faults|check [0-9]|failover)' || true; }
 
 if [ "$broken" = 1 ]; then
   campaign -faults.broken=true | summary

@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -40,11 +41,20 @@ type Cluster struct {
 	Scope string
 	Nodes []*Node
 	DB    string // the database the relays use
-	etcd  *exec.Cmd
-	etcdC string // etcd's client address
-	uid   int
-	gid   int
-	log   *os.File
+	// Hosts of their own (Options.Netns): the bridge, its address, and
+	// per node its namespace, the bridge side of its link, its address.
+	netns      bool
+	bridge     string
+	bridgeIP   string
+	subnet     string
+	namespaces []string
+	veths      []string
+	hostIPs    []string
+	etcd       *exec.Cmd
+	etcdC      string // etcd's client address
+	uid        int
+	gid        int
+	log        *os.File
 }
 
 // Node is one Patroni-managed PostgreSQL.
@@ -57,6 +67,8 @@ type Node struct {
 	config  string
 	patroni *exec.Cmd
 	c       *Cluster
+	netns   string // its namespace, with Options.Netns
+	veth    string // the bridge side of its link
 }
 
 // Options configure Start.
@@ -64,7 +76,13 @@ type Options struct {
 	// Nodes is how many PostgreSQL nodes (default 3: after a failover a
 	// synchronous standby is left and writes go on).
 	Nodes int
+	// Netns puts each node on a host of its own: a network namespace
+	// joined to a bridge in this one, where etcd and the clients are, so
+	// that a node can be cut off the network (Isolate). Needs root.
+	Netns bool
 }
+
+var netSeq atomic.Int64
 
 // Start starts etcd and the nodes, waits until there is a leader, a
 // synchronous standby and every node runs, and creates the database DB.
@@ -85,7 +103,7 @@ func Start(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: dir, Scope: filepath.Base(dir), DB: "dedup"}
+	c := &Cluster{Dir: dir, Scope: filepath.Base(dir), DB: "dedup", netns: opts.Netns}
 	ok := false
 	defer func() {
 		if !ok {
@@ -112,7 +130,17 @@ func Start(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.etcdC = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	etcdHost := "127.0.0.1"
+	if opts.Netns {
+		if os.Geteuid() != 0 {
+			return nil, errors.New("hosts of their own (network namespaces) need root")
+		}
+		if err := c.makeNetwork(opts.Nodes); err != nil {
+			return nil, err
+		}
+		etcdHost = c.bridgeIP
+	}
+	c.etcdC = fmt.Sprintf("%s:%d", etcdHost, ports[0])
 	c.etcd = exec.Command("etcd", "--name", "e1", "--data-dir", filepath.Join(dir, "etcd"),
 		"--listen-client-urls", "http://"+c.etcdC, "--advertise-client-urls", "http://"+c.etcdC,
 		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
@@ -125,6 +153,9 @@ func Start(opts Options) (*Cluster, error) {
 	for i := 0; i < opts.Nodes; i++ {
 		n := &Node{Name: fmt.Sprintf("node%d", i+1), Host: "127.0.0.1", Port: ports[2+2*i], APIPort: ports[3+2*i],
 			Dir: filepath.Join(dir, fmt.Sprintf("node%d", i+1)), c: c}
+		if opts.Netns {
+			n.Host, n.netns, n.veth = c.hostIPs[i], c.namespaces[i], c.veths[i]
+		}
 		if err := os.MkdirAll(n.Dir, 0o700); err != nil {
 			return nil, err
 		}
@@ -166,8 +197,8 @@ name: %[2]s
 log:
   level: WARNING
 restapi:
-  listen: 127.0.0.1:%[3]d
-  connect_address: 127.0.0.1:%[3]d
+  listen: %[11]s:%[3]d
+  connect_address: %[11]s:%[3]d
 etcd3:
   hosts: %[4]s
 bootstrap:
@@ -193,15 +224,19 @@ bootstrap:
         fsync: "on"
         synchronous_commit: "on"
         shared_buffers: 64MB
+        # A standby whose primary went away retries every 0.5 s, not 5 s:
+        # in strict mode writes wait until a standby attaches to the new
+        # primary as synchronous.
+        wal_retrieve_retry_interval: 500ms
   initdb:
     - encoding: UTF8
   pg_hba:
     - local all all trust
-    - host all all 127.0.0.1/32 trust
-    - host replication all 127.0.0.1/32 trust
+    - host all all %[12]s trust
+    - host replication all %[12]s trust
 postgresql:
-  listen: 127.0.0.1:%[5]d
-  connect_address: 127.0.0.1:%[5]d
+  listen: %[11]s:%[5]d
+  connect_address: %[11]s:%[5]d
   data_dir: %[6]s/data
   bin_dir: %[7]s
   pgpass: %[6]s/pgpass
@@ -219,18 +254,32 @@ tags:
   noloadbalance: false
   clonefrom: false
   nosync: false
-`, n.c.Scope, n.Name, n.APIPort, n.c.etcdC, n.Port, n.Dir, bin, TTL, LoopWait, RetryTimeout)
+`, n.c.Scope, n.Name, n.APIPort, n.c.etcdC, n.Port, n.Dir, bin, TTL, LoopWait, RetryTimeout, n.Host, n.c.clients())
+}
+
+// clients is the network PostgreSQL accepts clients and standbys from.
+func (c *Cluster) clients() string {
+	if c.netns {
+		return c.subnet
+	}
+	return "127.0.0.1/32"
 }
 
 // Start starts the node's Patroni (again, after Kill).
 func (n *Node) Start() error {
 	cmd := exec.Command("patroni", n.config)
-	cmd.Dir = n.Dir
-	cmd.Stdout, cmd.Stderr = n.c.log, n.c.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if os.Geteuid() == 0 {
+	switch {
+	case n.netns != "":
+		// ip netns exec and setpriv both exec: the pid is Patroni's.
+		cmd = exec.Command("ip", "netns", "exec", n.netns, "setpriv", "--reuid", strconv.Itoa(n.c.uid),
+			"--regid", strconv.Itoa(n.c.gid), "--init-groups", "patroni", n.config)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	case os.Geteuid() == 0:
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(n.c.uid), Gid: uint32(n.c.gid)}
 	}
+	cmd.Dir = n.Dir
+	cmd.Stdout, cmd.Stderr = n.c.log, n.c.log
 	cmd.Env = append(os.Environ(), "HOME="+n.Dir)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("patroni %s: %w", n.Name, err)
@@ -335,7 +384,7 @@ func (c *Cluster) Members() ([]Member, error) {
 		var v struct {
 			Members []Member `json:"members"`
 		}
-		if err := getJSON(fmt.Sprintf("http://127.0.0.1:%d/cluster", n.APIPort), &v); err != nil {
+		if err := getJSON(fmt.Sprintf("http://%s:%d/cluster", n.Host, n.APIPort), &v); err != nil {
 			last = err
 			continue
 		}
@@ -453,7 +502,7 @@ func (c *Cluster) Switchover(candidate string) error {
 	}
 	body += "}"
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
-	resp, err := client.Post(fmt.Sprintf("http://127.0.0.1:%d/switchover", leader.APIPort), "application/json", strings.NewReader(body))
+	resp, err := client.Post(fmt.Sprintf("http://%s:%d/switchover", leader.Host, leader.APIPort), "application/json", strings.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -501,7 +550,72 @@ func (c *Cluster) Log() string {
 	return string(b)
 }
 
-// Remove stops everything and deletes the directory.
+// Isolate cuts the node off the network (its link to the bridge down): it
+// reaches neither etcd, nor the other nodes, nor the clients, and they do
+// not reach it. Needs Options.Netns.
+func (n *Node) Isolate() error { return n.link("down") }
+
+// Reconnect undoes Isolate.
+func (n *Node) Reconnect() error { return n.link("up") }
+
+func (n *Node) link(state string) error {
+	if n.veth == "" {
+		return errors.New("a node on loopback cannot be cut off: start the cluster with Options.Netns")
+	}
+	return run("ip", "link", "set", n.veth, state)
+}
+
+// makeNetwork makes a bridge here and a namespace per node linked to it.
+func (c *Cluster) makeNetwork(nodes int) error {
+	k := (os.Getpid() + int(netSeq.Add(1))) % 200
+	tag := fmt.Sprintf("%d", k)
+	c.subnet = fmt.Sprintf("10.233.%d.0/24", k)
+	c.bridgeIP = fmt.Sprintf("10.233.%d.1", k)
+	c.bridge = "dhbr" + tag
+	if err := run("ip", "link", "add", "name", c.bridge, "type", "bridge"); err != nil {
+		return err
+	}
+	if err := run("ip", "addr", "add", c.bridgeIP+"/24", "dev", c.bridge); err != nil {
+		return err
+	}
+	if err := run("ip", "link", "set", c.bridge, "up"); err != nil {
+		return err
+	}
+	for i := 0; i < nodes; i++ {
+		ns := fmt.Sprintf("dh%s-%d", tag, i+1)
+		veth, peer := fmt.Sprintf("dhv%s-%d", tag, i+1), fmt.Sprintf("dhp%s-%d", tag, i+1)
+		ip := fmt.Sprintf("10.233.%d.%d", k, 10+i)
+		for _, argv := range [][]string{
+			{"ip", "netns", "add", ns},
+			{"ip", "link", "add", veth, "type", "veth", "peer", "name", peer},
+			{"ip", "link", "set", peer, "netns", ns},
+			{"ip", "link", "set", veth, "master", c.bridge},
+			{"ip", "link", "set", veth, "up"},
+			{"ip", "-n", ns, "addr", "add", ip + "/24", "dev", peer},
+			{"ip", "-n", ns, "link", "set", peer, "up"},
+			{"ip", "-n", ns, "link", "set", "lo", "up"},
+		} {
+			if err := run(argv[0], argv[1:]...); err != nil {
+				return err
+			}
+			if argv[2] == "add" && argv[1] == "netns" {
+				c.namespaces = append(c.namespaces, ns)
+			}
+		}
+		c.veths = append(c.veths, veth)
+		c.hostIPs = append(c.hostIPs, ip)
+	}
+	return nil
+}
+
+func run(name string, args ...string) error {
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// Remove stops everything and deletes the directory (and the namespaces).
 func (c *Cluster) Remove() {
 	for _, n := range c.Nodes {
 		n.Kill()
@@ -509,6 +623,12 @@ func (c *Cluster) Remove() {
 	if c.etcd != nil && c.etcd.Process != nil {
 		c.etcd.Process.Kill()
 		c.etcd.Wait()
+	}
+	for _, ns := range c.namespaces {
+		exec.Command("ip", "netns", "del", ns).Run()
+	}
+	if c.bridge != "" {
+		exec.Command("ip", "link", "del", c.bridge).Run()
 	}
 	if c.log != nil {
 		c.log.Close()
@@ -549,4 +669,3 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
-
