@@ -15,7 +15,10 @@
 # Table 2 (real binaries): fixturecore + relay processes driven by
 #   `channel load --dup-ratio 0.1`, with a SQLite ledger (synchronous FULL) on
 #   the disk and on tmpfs (/dev/shm), and a PostgreSQL ledger (a throwaway
-#   local cluster, fsync and synchronous_commit on, data on the disk); CPU
+#   local cluster, fsync and synchronous_commit on, data on the disk), and a
+#   high-availability PostgreSQL ledger (postgres-ha: etcd and three
+#   Patroni nodes on this machine, synchronous mode strict, every commit
+#   confirmed by the synchronous standby); CPU
 #   microseconds per transaction of the relay process (the PostgreSQL
 #   server's own CPU is not in it), and the number of GUIDs the core applied
 #   twice (must be 0).
@@ -128,29 +131,60 @@ echo "== table 2: real binaries, channel load --dup-ratio 0.1, ${secs}s per poin
 bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
 pids+=($!)
 core="http://$(wait_listening "$work/core.log")"
-printf "%-8s %-6s %9s %8s %8s %10s %14s\n" "ledger" "conns" "tx/s" "p50ms" "p99ms" "cpu_us/tx" "applied_twice"
+printf "%-11s %-6s %9s %8s %8s %10s %14s\n" "ledger" "conns" "tx/s" "p50ms" "p99ms" "cpu_us/tx" "applied_twice"
 pgurl=$(scripts/pg.sh start "$work/pg")   # a throwaway cluster, data on the repository's disk
 pgstop() { scripts/pg.sh stop "$work/pg"; }
 trap 'pgstop; cleanup' EXIT
-for where in disk tmpfs postgres; do
+# The HA cluster (its data in /tmp, on the same disk as /tmp here).
+go build -o "$work/hacluster" ./internal/hatest/hacluster
+"$work/hacluster" >"$work/ha.out" 2>"$work/ha.log" &
+hapid=$!
+pids+=($hapid)
+for _ in $(seq 1 1200); do grep -q '^node name=node3' "$work/ha.out" && break; sleep 0.1; done
+haurl=$(sed -n 's/^url=//p' "$work/ha.out")
+[ -n "$haurl" ] || { echo "bench: the HA cluster did not start" >&2; cat "$work/ha.log" >&2; exit 1; }
+for where in disk tmpfs postgres postgres-ha; do
   case "$where" in
     disk) dir="$work" ;;
     tmpfs) dir=$(mktemp -d /dev/shm/dedup-bench.XXXXXX) ;;
   esac
   for c in 1 16 64; do
-    if [ "$where" = postgres ]; then
-      PGOPTIONS="-c client_min_messages=warning" psql "$pgurl" -qc "DROP TABLE IF EXISTS tx" >/dev/null
+    if [ "$where" = postgres ] || [ "$where" = postgres-ha ]; then
       db="$pgurl"
+      [ "$where" = postgres-ha ] && db="$haurl"
+      PGOPTIONS="-c client_min_messages=warning" psql "$db" -qc "DROP TABLE IF EXISTS tx" >/dev/null
     else
       rm -f "$dir"/relay.db*
       db="$dir/relay.db"
     fi
+    sampler=""
+    if [ "$where" = postgres-ha ] && [ "$c" = 64 ]; then
+      # What the primary's dedup sessions wait for, sampled every 0.1 s.
+      ( end=$((SECONDS + secs + 1))
+        while [ $SECONDS -lt $end ]; do
+          psql "$db" -tAF' ' -c "SELECT coalesce(wait_event_type,'CPU'), coalesce(wait_event,'running') FROM pg_stat_activity WHERE application_name='dedup' AND state='active'" 2>/dev/null
+          sleep 0.1
+        done >"$work/waits.txt" ) &
+      sampler=$!
+    fi
     load_point "$db" "$core" -- --core "$core"
-    printf "%-8s %-6s %9s %8s %8s %10s %14s\n" "$where" "$c" "$tps" "$p50" "$p99" "$cpu" "$twice"
+    if [ -n "$sampler" ]; then
+      wait "$sampler" 2>/dev/null || true
+      waits_report=$(sort "$work/waits.txt" | uniq -c | sort -rn | head -n 6 |
+        awk -v n="$(wc -l <"$work/waits.txt")" '{ printf "    %5.1f%%  %s %s\n", 100*$1/(n>0?n:1), $2, $3 }')
+    fi
+    printf "%-11s %-6s %9s %8s %8s %10s %14s\n" "$where" "$c" "$tps" "$p50" "$p99" "$cpu" "$twice" | tee -a "$work/table2.txt"
   done
 done
-kill "${pids[0]}" 2>/dev/null; wait "${pids[0]}" 2>/dev/null || true
+for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+wait 2>/dev/null || true
 pids=()
+awk '$1 == "postgres-ha" && $2 == 64 { ha = $3 } $1 == "disk" && $2 == 64 { full = $3 }
+  END { if (full > 0) printf "target: postgres-ha at 64 conns >= 50%% of SQLite FULL: %.0f%% (%d against %d tx/s)\n", 100*ha/full, ha, full }' "$work/table2.txt"
+if [ -n "${waits_report:-}" ]; then
+  echo "postgres-ha at 64 conns: what the primary's active dedup sessions waited for (share of samples):"
+  echo "$waits_report"
+fi
 fi
 
 if want 3; then

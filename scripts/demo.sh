@@ -13,6 +13,12 @@
 #
 #   scripts/demo.sh              the ledger is a SQLite file (the default)
 #   scripts/demo.sh --postgres   the ledger is a throwaway PostgreSQL database
+#   scripts/demo.sh --ha         the ledger is a throwaway high-availability
+#                                PostgreSQL (etcd and three Patroni nodes,
+#                                synchronous mode strict): a transfer, the
+#                                primary's postmaster killed, channels getting
+#                                E902 until the new primary serves, and the
+#                                retransmission answered from the new primary
 #   scripts/demo.sh --tls        every link over TLS with certificates made for
 #                                the demo (scripts/certs.sh): channels with
 #                                client certificates (a mobile gateway's
@@ -29,7 +35,8 @@ case "${1:-}" in
   "") ;;
   --postgres) kind=postgres ;;
   --tls) tls=1 ;;
-  *) echo "usage: scripts/demo.sh [--postgres | --tls]" >&2; exit 2 ;;
+  --ha) kind=ha ;;
+  *) echo "usage: scripts/demo.sh [--postgres | --ha | --tls]" >&2; exit 2 ;;
 esac
 
 work=$(mktemp -d /tmp/dedup-demo.XXXXXX)
@@ -58,7 +65,7 @@ wait_listening() {
 
 # sql QUERY: runs QUERY on the ledger with the operator's own client.
 sql() {
-  if [ "$kind" = postgres ]; then psql "$db" -P pager=off -c "$1"; else sqlite3 -header -column "$db" "$1"; fi
+  if [ "$kind" != sqlite ]; then psql "$db" -P pager=off -c "$1"; else sqlite3 -header -column "$db" "$1"; fi
 }
 
 say "build"
@@ -85,6 +92,15 @@ core="$scheme://$(wait_listening "$work/core.log")"
 if [ "$kind" = postgres ]; then
   db=$(scripts/pg.sh start "$work/pg")
   echo "throwaway PostgreSQL cluster: $db"
+elif [ "$kind" = ha ]; then
+  say "start etcd and three Patroni-managed PostgreSQL nodes (synchronous mode strict; about 20 s)"
+  go build -o "$work/hacluster" ./internal/hatest/hacluster
+  "$work/hacluster" >"$work/ha.out" 2>"$work/ha.log" &
+  pids+=($!)
+  for _ in $(seq 1 1200); do grep -q '^node name=node3' "$work/ha.out" && break; sleep 0.1; done
+  grep -q '^url=' "$work/ha.out" || { echo "demo: the HA cluster did not start:"; cat "$work/ha.log"; exit 1; }
+  db=$(sed -n 's/^url=//p' "$work/ha.out")
+  cat "$work/ha.out"
 else
   db="$work/relay.db"
 fi
@@ -94,6 +110,44 @@ pids+=($!)
 relay=$(wait_listening "$work/relay.log")
 metrics=$(sed -n 's/^metrics addr=//p' "$work/relay.log" | head -n1)
 echo "core=$core relay=$relay ledger=$db"
+
+if [ "$kind" = ha ]; then
+  # leader: the node whose Patroni answers 200 on /primary.
+  leader() {
+    while read -r _ name _ api dir; do
+      if curl -sf -o /dev/null "${api#api=}/primary"; then echo "${name#name=} ${dir#dir=}"; return; fi
+    done < <(grep '^node ' "$work/ha.out")
+  }
+  g1="$(date +%Y%m%d)MOB$(printf '%021d' $RANDOM$RANDOM)"
+  say "1. a transfer: GUID $g1"
+  bin/channel send --relay "$relay" --guid "$g1" --sent-at 20261129093000 --memo "rent november"
+  read -r lname ldir < <(leader)
+  say "2. the primary ($lname) loses its PostgreSQL: kill -9 of its postmaster"
+  kill -9 "$(head -n1 "$ldir/data/postmaster.pid")"
+  start=$(date +%s.%N)
+  n=0
+  while :; do
+    n=$((n + 1))
+    g="$(date +%Y%m%d)MOB$(printf '%013d%08d' $RANDOM $n)"
+    out=$(bin/channel send --relay "$relay" --guid "$g" --memo "during failover" 2>&1 || true)
+    code=$(sed -n 's/^reply 1\/1: \([0-9A-Z]*\).*/\1/p' <<<"$out")
+    echo "  $(date +%T) new GUID $g: $code"
+    [ "$code" = 0000 ] && break
+    sleep 0.5
+  done
+  echo "service again after $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e-s }') s (Patroni ttl 10 s)"
+  read -r nname _ < <(leader)
+  echo "the new primary: $nname"
+  say "3. the channel retransmits $g1: answered from the new primary's ledger, byte for byte"
+  bin/channel send --relay "$relay" --guid "$g1" --sent-at 20261129093500 --memo "rent november"
+  echo "the core saw the GUID:"
+  curl -s "$core/_stats" | grep -o "\"$g1\":[0-9]*" | head -n1 | sed 's/^/  by_guid /'
+  say "the ledger on the new primary"
+  sql "SELECT guid, state, rsp_code, attempts, updated_at FROM tx ORDER BY updated_at"
+  say "the relay's log"
+  cat "$work/relay.log"
+  exit 0
+fi
 
 g1="$(date +%Y%m%d)MOB$(printf '%021d' $RANDOM$RANDOM)"
 say "1. a transfer: GUID $g1"

@@ -31,7 +31,7 @@ export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 runs=20 duration=12s seed=0 short=0 broken=0 parallel=2 ledger=sqlite tls=false
 while [ $# -gt 0 ]; do
   case "$1" in
-    --short) short=1; runs=${runs_short:-3}; duration=6s ;;
+    --short) short=1; runs=3; duration=6s ;;
     --runs) runs="$2"; shift ;;
     --seed) seed="$2"; shift ;;
     --duration) duration="$2"; shift ;;

@@ -3,8 +3,10 @@
 # gcc (cgo, for the SQLite driver), the sqlite3 shell and curl (used by the
 # demo to show the ledger and the core's stats), the PostgreSQL server (the
 # tests start throwaway clusters of it), psql, promtool (the alert rules'
-# unit tests), iproute2 (the two-hosts test's network namespaces), and the
-# Go modules. Go itself must be on the machine (1.26 or later). Idempotent
+# unit tests), iproute2 (the two-hosts test's network namespaces), openssl
+# (the TLS demo's and benchmark's certificates), etcd and Patroni (the
+# high-availability ledger's tests start throwaway clusters of them), and
+# the Go modules. Go itself must be on the machine (1.26 or later). Idempotent
 # and quiet when everything is there already.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,10 @@ ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing+=(postgresql)
 command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# The high-availability ledger's tests: etcd and Patroni (Debian's).
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+[ -x /usr/bin/patroni ] || missing+=(patroni)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   SUDO=""

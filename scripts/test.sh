@@ -22,7 +22,7 @@ echo "== end-to-end tests on a PostgreSQL ledger"
 # The tests that start PostgreSQL clusters of their own already ran above;
 # the full-disk test is about the SQLite file.
 DEDUP_E2E_LEDGER=postgres DEDUP_E2E_RACE=1 go test -race -count=1 -timeout 30m \
-  -skip 'TestTwoHostsShareOnePostgresLedger|TestPostgresDown|TestReadyzFollowsTheLedger|TestFullDiskLosesNothing|TestLedgerFilesArePrivateAndPurgeLeavesNoMemo' ./e2e/
+  -skip 'TestTwoHostsShareOnePostgresLedger|TestPostgresDown|TestReadyzFollowsTheLedger|TestFullDiskLosesNothing|TestLedgerFilesArePrivateAndPurgeLeavesNoMemo|TestHA|TestNoPasswordLeavesTheProcess' ./e2e/
 if [ -d deploy/prometheus ]; then
   echo "== promtool test rules"
   promtool check rules deploy/prometheus/alerts.yml
@@ -34,3 +34,5 @@ echo "== short fault campaign (PostgreSQL, with database crashes)"
 scripts/faults.sh --short --ledger postgres
 echo "== short fault campaign over TLS (channels over mutual TLS, the core over https)"
 scripts/faults.sh --short --tls
+echo "== short fault campaign on the HA ledger (etcd and three Patroni nodes; failovers)"
+scripts/faults.sh --short --ledger patroni --runs 2
