@@ -92,6 +92,7 @@ func Exercise(t *testing.T, b Backend) {
 		{"StatsAndSelectState", testStats},
 		{"FailedCommitFailsEveryCaller", testFailedCommit},
 		{"AmbiguousCommitIsNeverAClaim", testAmbiguousCommit},
+		{"CommitRefusedAfterTheFactIsNotCommittedForAnyWrite", testRefusedAfterTheFact},
 		{"FailedCommitRecordsNoOutcome", testFailedFinish},
 		{"ClaimFailsWhileAnotherWriterHoldsTheLock", testLocked},
 		{"WritesAfterCloseFail", testClosed},
@@ -541,6 +542,37 @@ func testAmbiguousCommit(t *testing.T, s suite) {
 	assert.Equal(t, n, int64(1))
 	r, _ := l.Get(ctx, guid(1))
 	assert.Equal(t, r.State, dedup.StateUnknown)
+}
+
+// testRefusedAfterTheFact: for every conditional write (claim, reclaim,
+// finish, settle), a commit that happened but is then refused (as a
+// PostgreSQL COMMIT acknowledged without its synchronous standby is) is
+// reported as an error, never as "mine" or "recorded": the caller acts as
+// if it had not happened.
+func testRefusedAfterTheFact(t *testing.T, s suite) {
+	db := s.New(t)
+	var refusing atomic.Bool
+	l := s.open(t, db, ledger.Options{Faults: &ledger.Faults{AfterCommit: func() error {
+		if refusing.Load() {
+			return errInjected
+		}
+		return nil
+	}}})
+	s.insert(t, db, guid(2), "TRF00001", "FAILED", "E902", []byte("r"), nil, 1, 10)
+	s.insert(t, db, guid(3), "TRF00001", "SENT", nil, []byte("r"), nil, 1, 10)
+	s.insert(t, db, guid(4), "TRF00001", "UNKNOWN", "E901", []byte("r"), nil, 1, 600)
+	unknown, err := l.SelectUnknown(ctx, time.Minute)
+	assert.NilError(t, err)
+	assert.Equal(t, len(unknown), 1)
+	refusing.Store(true)
+	ok, err := l.Claim(ctx, guid(1), "TRF00001", []byte("r"))
+	assert.Check(t, err != nil && !ok, "claim: %v %v", ok, err)
+	_, ok, err = l.Reclaim(ctx, guid(2), nil, 3)
+	assert.Check(t, err != nil && !ok, "reclaim: %v %v", ok, err)
+	ok, err = l.Finish(ctx, guid(3), 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("x")})
+	assert.Check(t, err != nil && !ok, "finish: %v %v", ok, err)
+	ok, err = l.Settle(ctx, unknown[0], ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
+	assert.Check(t, err != nil && !ok, "settle: %v %v", ok, err)
 }
 
 // testFailedFinish: an outcome whose commit fails is not recorded (the
