@@ -28,6 +28,9 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # The high-availability ledger's tests: etcd and Patroni (Debian's).
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 [ -x /usr/bin/patroni ] || missing+=(patroni)
+# The Debian packages: built with dpkg-deb, checked with lintian.
+command -v lintian >/dev/null 2>&1 || missing+=(lintian)
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   SUDO=""

@@ -23,6 +23,13 @@ echo "== end-to-end tests on a PostgreSQL ledger"
 # the full-disk test is about the SQLite file.
 DEDUP_E2E_LEDGER=postgres DEDUP_E2E_RACE=1 go test -race -count=1 -timeout 30m \
   -skip 'TestTwoHostsShareOnePostgresLedger|TestPostgresDown|TestReadyzFollowsTheLedger|TestFullDiskLosesNothing|TestLedgerFilesArePrivateAndPurgeLeavesNoMemo|TestHA|TestNoPasswordLeavesTheProcess' ./e2e/
+echo "== the Debian packages, installed into this machine (root)"
+if [ "$(id -u)" -eq 0 ]; then
+  scripts/package-test.sh
+else
+  echo "test.sh: the package test installs packages and must run as root (CI does)" >&2
+  exit 1
+fi
 if [ -d deploy/prometheus ]; then
   echo "== promtool test rules"
   promtool check rules deploy/prometheus/alerts.yml

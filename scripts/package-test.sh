@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Tests the Debian packages by installing them into this machine (as root;
+# CI is): build two versions, lintian, dpkg -i, check the user, the
+# directories and their modes, the units (systemd-analyze verify), run the
+# installed relay --version and an installed resolve --metrics-textfile as
+# the dedup user against the installed fixture core, upgrade to the higher
+# version (the edited configuration kept), remove, purge, and check that no
+# file of the packages is left. Where systemd is not PID 1 (as on CI), it
+# says which steps it cannot run and runs the rest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" -eq 0 ] || { echo "package-test: must run as root (it installs the packages)" >&2; exit 1; }
+export PATH="/usr/local/go/bin:$PATH"
+
+fail() { echo "package-test: FAILED: $*" >&2; exit 1; }
+ok() { echo "  ok: $*"; }
+work=$(mktemp -d)
+core_pid=""
+cleanup() {
+  [ -n "$core_pid" ] && kill "$core_pid" 2>/dev/null || true
+  dpkg -P dedup dedup-tools >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+base="0.1.0+pkgtest$(date +%s)"
+echo "== build version 1 and version 2"
+v1=$(VERSION="$base-1" DIST="$work/v1" scripts/package.sh)
+v2=$(VERSION="$base-2" DIST="$work/v2" scripts/package.sh)
+echo "$v1" | sed 's/^/  /'
+
+echo "== lintian"
+lint=$(lintian $v1 2>&1 | grep -v 'running with root privileges' || true)
+echo "${lint:-  (nothing)}" | sed 's/^/  /'
+if grep -q '^E:' <<<"$lint"; then fail "lintian reports errors"; fi
+ok "no lintian errors"
+
+echo "== install version 1"
+dpkg -i $v1 >/dev/null
+getent passwd dedup >/dev/null || fail "no dedup user"
+uid=$(id -u dedup)
+[ "$uid" -lt 1000 ] || fail "dedup is not a system user (uid $uid)"
+[ "$(getent passwd dedup | cut -d: -f7)" = /usr/sbin/nologin ] || fail "dedup has a login shell"
+ok "system user dedup (uid $uid, no login shell)"
+check_dir() { # PATH MODE OWNER:GROUP
+  [ -d "$1" ] || fail "$1 missing"
+  got=$(stat -c '%a %U:%G' "$1")
+  [ "$got" = "$2 $3" ] || fail "$1 is $got, want $2 $3"
+  ok "$1 $got"
+}
+check_dir /var/lib/dedup 700 dedup:dedup
+check_dir /var/log/dedup 750 dedup:dedup
+check_dir /var/lib/node_exporter/textfile 775 root:dedup
+for u in dedup-relay.service dedup-resolve.service dedup-resolve.timer dedup-reprocess.service dedup-reprocess.timer dedup-purge.service dedup-purge.timer; do
+  [ -f "/lib/systemd/system/$u" ] || fail "unit $u not installed"
+done
+ok "units installed in /lib/systemd/system"
+if command -v systemd-analyze >/dev/null; then
+  systemd-analyze verify /lib/systemd/system/dedup-*.service /lib/systemd/system/dedup-*.timer || fail "systemd-analyze verify"
+  ok "systemd-analyze verify passes on the installed units"
+  echo "  systemd-analyze security (offline) of dedup-relay.service:"
+  systemd-analyze security --offline=true /lib/systemd/system/dedup-relay.service 2>/dev/null | tail -n 1 | sed 's/^/    /'
+fi
+for t in resolve reprocess purge; do
+  [ -L "/etc/systemd/system/timers.target.wants/dedup-$t.timer" ] || fail "dedup-$t.timer not enabled"
+done
+ok "the three timers enabled"
+[ ! -e /etc/systemd/system/multi-user.target.wants/dedup-relay.service ] || fail "the relay was enabled before it was configured"
+ok "the relay not enabled (not configured yet)"
+[ -f /etc/dedup/relay.env ] && ! grep -qi 'password=' /etc/dedup/relay.env || fail "relay.env missing or holds a password"
+ok "/etc/dedup/relay.env and jobs.env installed, no password in them"
+for b in fixturecore channel; do [ -x /usr/bin/$b ] || fail "$b not in dedup-tools"; done
+if dpkg -c $(grep '/dedup_' <<<"$v1") | grep -Eq 'usr/bin/(fixturecore|channel)'; then fail "the test tools are in the production package"; fi
+ok "fixturecore and channel only in dedup-tools"
+
+echo "== the installed binaries"
+ver=$(/usr/bin/relay --version)
+echo "  $ver"
+grep -qF "relay $base-1 revision " <<<"$ver" && grep -Eq ' revision [0-9a-f]{40}' <<<"$ver" ||
+  fail "relay --version does not show the version and the revision"
+ok "relay --version shows the package version and the git revision"
+man -w relay >/dev/null 2>&1 || [ -f /usr/share/man/man1/relay.1.gz ] || fail "no man page for relay"
+ok "man pages installed"
+
+/usr/bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
+core_pid=$!
+for _ in $(seq 1 100); do grep -q '^listening addr=' "$work/core.log" && break; sleep 0.05; done
+core="http://$(sed -n 's/^listening addr=//p' "$work/core.log")"
+set +e
+out=$(runuser -u dedup -- /usr/bin/resolve --db /var/lib/dedup/relay.db --core "$core" --min-age 300 \
+  --metrics-textfile /var/lib/node_exporter/textfile/dedup_resolve.prom 2>&1)
+rc=$?
+set -e
+echo "$out" | tail -n 1 | sed 's/^/  /'
+[ $rc -eq 0 ] || fail "resolve as dedup exited $rc: $out"
+grep -q '^dedup_job_last_success_timestamp_seconds{job="resolve"}' /var/lib/node_exporter/textfile/dedup_resolve.prom ||
+  fail "resolve wrote no success into its textfile"
+ok "resolve as dedup: exit 0, textfile written"
+[ "$(stat -c %a /var/lib/dedup/relay.db)" = 600 ] || fail "the ledger is not 0600"
+ok "the ledger the job created is 0600"
+
+if [ -d /run/systemd/system ]; then
+  systemctl start dedup-resolve.service || fail "systemctl start dedup-resolve"
+  ok "dedup-resolve.service ran under systemd"
+else
+  echo "  not run here (systemd is not PID 1): systemctl start of the relay and the timers, the graceful restart on upgrade, the stop on remove"
+fi
+
+echo "== upgrade to version 2 (the edited configuration kept)"
+echo "# edited by the operator" >>/etc/dedup/relay.env
+dpkg -i $v2 >/dev/null
+grep -q '^# edited by the operator' /etc/dedup/relay.env || fail "the upgrade replaced the edited relay.env"
+grep -qF "relay $base-2 " <<<"$(/usr/bin/relay --version)" || fail "the upgrade did not install the new relay"
+[ -f /var/lib/dedup/relay.db ] || fail "the upgrade lost the ledger"
+ok "version 2 installed; relay.env kept; the ledger kept"
+
+echo "== remove, then purge"
+dpkg -L dedup dedup-tools | sort -u >"$work/files"
+dpkg -r dedup dedup-tools >/dev/null
+[ ! -e /usr/bin/relay ] && [ ! -e /usr/bin/fixturecore ] || fail "binaries left after remove"
+[ -d /var/lib/dedup ] || fail "remove deleted the ledger (only purge may)"
+ok "removed: binaries gone, the ledger kept"
+dpkg -P dedup dedup-tools >/dev/null 2>&1
+left=""
+while read -r f; do
+  [ -e "$f" ] || continue
+  [ -d "$f" ] && [ -n "$(dpkg -S "$f" 2>/dev/null)" ] && continue   # a directory another package owns
+  [ -d "$f" ] && [ "$(ls -A "$f")" != "" ] && continue           # a system directory with other files
+  left="$left $f"
+done <"$work/files"
+[ -z "$left" ] || fail "files of the packages left after purge:$left"
+for p in /var/lib/dedup /var/log/dedup /etc/dedup /var/lib/node_exporter/textfile/dedup_resolve.prom; do
+  [ ! -e "$p" ] || fail "$p left after purge"
+done
+! getent passwd dedup >/dev/null || fail "the dedup user left after purge"
+ls /etc/systemd/system/timers.target.wants/dedup-* >/dev/null 2>&1 && fail "timer links left after purge"
+ok "purged: no file of the packages, no data, no user, no unit links left"
+echo "package-test: all checks passed"
