@@ -5,8 +5,9 @@
 # tests start throwaway clusters of it), psql, promtool (the alert rules'
 # unit tests), iproute2 (the two-hosts test's network namespaces), openssl
 # (the TLS demo's and benchmark's certificates), etcd and Patroni (the
-# high-availability ledger's tests start throwaway clusters of them), and
-# the Go modules. Go itself must be on the machine (1.26 or later). Idempotent
+# high-availability ledger's tests start throwaway clusters of them), spin
+# (the protocol's model check), lintian and systemd-analyze (the Debian
+# packages' checks), and the Go modules. Go itself must be on the machine (1.26 or later). Idempotent
 # and quiet when everything is there already.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,8 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # The high-availability ledger's tests: etcd and Patroni (Debian's).
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 [ -x /usr/bin/patroni ] || missing+=(patroni)
+# The protocol's model checker.
+command -v spin >/dev/null 2>&1 || missing+=(spin)
 # The Debian packages: built with dpkg-deb, checked with lintian.
 command -v lintian >/dev/null 2>&1 || missing+=(lintian)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)

@@ -23,6 +23,8 @@ echo "== end-to-end tests on a PostgreSQL ledger"
 # the full-disk test is about the SQLite file.
 DEDUP_E2E_LEDGER=postgres DEDUP_E2E_RACE=1 go test -race -count=1 -timeout 30m \
   -skip 'TestTwoHostsShareOnePostgresLedger|TestPostgresDown|TestReadyzFollowsTheLedger|TestFullDiskLosesNothing|TestLedgerFilesArePrivateAndPurgeLeavesNoMemo|TestHA|TestNoPasswordLeavesTheProcess' ./e2e/
+echo "== the protocol, model-checked (SPIN: the model and its mutants)"
+scripts/model.sh
 echo "== the Debian packages, installed into this machine (root)"
 if [ "$(id -u)" -eq 0 ]; then
   scripts/package-test.sh
