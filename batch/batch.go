@@ -125,7 +125,7 @@ func (s ReprocessSummary) Fields() []cli.Field {
 // attempts + 1), one send, the outcome recorded fenced on the attempt.
 // UNKNOWN rows are never candidates. Each reclaim is a lease: its request
 // is written to the core only within lease of asking for the reclaim
-// (hub.LeaseFor), never later.
+// (ledger.LeaseFor), never later.
 //
 // A dry run changes nothing: it reports which rows a real run would send.
 func Reprocess(ctx context.Context, l ledger.Ledger, core *coreapi.Client, maxAttempts int, lease time.Duration, dryRun bool, log *slog.Logger) (ReprocessSummary, error) {

@@ -273,13 +273,16 @@ func TestTransferIsOneWrite(t *testing.T) {
 		t.Run(scheme, func(t *testing.T) {
 			_, _, c := fixtureOver(t, scheme, time.Second)
 			var writes []int
-			trace := func(lc *leaseConn) { lc.mu.Lock(); writes = append(writes, lc.writes); lc.mu.Unlock() }
+			var got *leaseConn
+			c.onConn = func(lc *leaseConn) { got = lc }
 			for i := 0; i < 3; i++ {
-				var got *leaseConn
-				r := c.Transfer(context.WithValue(ctx, connSpyKey{}, &got), transfer("one write"), time.Now().Add(time.Minute))
+				got = nil
+				r := c.Transfer(ctx, transfer("one write"), time.Now().Add(time.Minute))
 				assert.Equal(t, r.Code, "0000")
 				assert.Assert(t, got != nil)
-				trace(got)
+				got.mu.Lock()
+				writes = append(writes, got.writes)
+				got.mu.Unlock()
 			}
 			assert.DeepEqual(t, writes, []int{1, 1, 1})
 		})

@@ -38,9 +38,6 @@ type leaseConn struct {
 
 // arm starts a request on this connection under lease (zero: none).
 func (c *leaseConn) arm(lease time.Time) {
-	if !leaseEnforced {
-		lease = time.Time{}
-	}
 	c.mu.Lock()
 	c.lease, c.written, c.refused, c.writes = lease, 0, false, 0
 	c.mu.Unlock()
@@ -76,6 +73,3 @@ func (c *leaseConn) refusedUnwritten() bool {
 	return c.refused && c.written == 0
 }
 
-// connSpyKey carries, in tests only, where to report the connection a
-// request was written on.
-type connSpyKey struct{}

@@ -172,7 +172,7 @@ func TestFaultCampaign(t *testing.T) {
 	}
 	relayBin := bin("relay")
 	if *fBroken {
-		relayBin = buildBrokenRelay(t)
+		relayBin = buildTestRelay(t, "brokenrelay")
 	}
 	total := &counters{}
 	var checksMu sync.Mutex
@@ -246,16 +246,6 @@ func TestFaultCampaign(t *testing.T) {
 	if len(violations) == 0 {
 		fmt.Println("faults: all checks passed")
 	}
-}
-
-func buildBrokenRelay(t *testing.T) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "relay-brokenclaim")
-	cmd := exec.Command("go", "build", "-tags", "brokenclaim", "-o", out, "./relay")
-	cmd.Dir = ".."
-	b, err := cmd.CombinedOutput()
-	assert.NilError(t, err, string(b))
-	return out
 }
 
 type runResult struct {

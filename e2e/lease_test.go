@@ -15,15 +15,16 @@ import (
 	"gotest.tools/v3/poll"
 )
 
-// buildRelay builds the relay with test-only build tags.
-func buildRelay(t *testing.T, tags string) string {
+// buildTestRelay builds one of the tests' deliberately broken relays
+// (e2e/testdata/NAME: never built by go build ./..., never released).
+func buildTestRelay(t *testing.T, name string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "relay-"+strings.ReplaceAll(tags, " ", "-"))
-	args := []string{"build", "-tags", tags, "-o", out}
+	out := filepath.Join(t.TempDir(), name)
+	args := []string{"build", "-o", out}
 	if os.Getenv("DEDUP_E2E_RACE") != "" {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command("go", append(args, "./relay")...)
+	cmd := exec.Command("go", append(args, "./e2e/testdata/"+name)...)
 	cmd.Dir = ".."
 	b, err := cmd.CombinedOutput()
 	assert.NilError(t, err, string(b))
@@ -46,27 +47,28 @@ func processState(t *testing.T, pid int) byte {
 // When the frozen relay resumes, its claim's lease is long over: it writes
 // nothing to the core, and the core applies the transfer exactly once.
 //
-// The relay under test is built with the test-only tag freezehook (it stops
-// itself with SIGSTOP after committing the claim of a FREEZE transfer). The
-// same scenario with the tag nolease (the lease check compiled out) must
-// apply the transfer twice: the proof that this test can fail. Both run
+// The relay under test is e2e/testdata/frozenrelay (it stops itself with
+// SIGSTOP after committing the claim of a FREEZE transfer). The same
+// scenario with its --no-lease (the relay's Lease 0) must apply the
+// transfer twice: the proof that this test can fail. Both run
 // with the core over http and over https with client certificates: the
 // lease must hold whatever wraps the connection.
 func TestFrozenHolderNeverSendsItsStaleClaim(t *testing.T) {
 	t.Parallel()
+	frozenBin := buildTestRelay(t, "frozenrelay")
 	for _, tc := range []struct {
-		name, tags  string
+		name        string
+		noLease     bool
 		https       bool
 		wantApplied int
 	}{
-		{"with the lease, http", "freezehook", false, 1},
-		{"with the lease, https", "freezehook", true, 1},
-		{"without the lease (proof the test can fail), http", "freezehook nolease", false, 2},
-		{"without the lease (proof the test can fail), https", "freezehook nolease", true, 2},
+		{"with the lease, http", false, false, 1},
+		{"with the lease, https", false, true, 1},
+		{"without the lease (proof the test can fail), http", true, false, 2},
+		{"without the lease (proof the test can fail), https", true, true, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			frozenBin := buildRelay(t, tc.tags)
 			c := startCore(t, "--quiet")
 			var tlsArgs []string
 			if tc.https {
@@ -76,7 +78,11 @@ func TestFrozenHolderNeverSendsItsStaleClaim(t *testing.T) {
 			}
 			db := tempDB(t)
 			timing := append([]string{"--timeout", "1", "--connect-timeout", "0.3", "--orphan-after", "8.3"}, tlsArgs...)
-			frozen := start(t, frozenBin, append([]string{"--db", db, "--listen", "127.0.0.1:0", "--core", c.url}, timing...)...)
+			args := append([]string{"--db", db, "--listen", "127.0.0.1:0", "--core", c.url}, timing...)
+			if tc.noLease {
+				args = append([]string{"--no-lease"}, args...)
+			}
+			frozen := start(t, frozenBin, args...)
 			startRelay(t, db, c.url, timing...) // sweeps the frozen relay's claim
 
 			g := newGUID()

@@ -40,23 +40,6 @@ type Core interface {
 	Reach(ctx context.Context) error
 }
 
-// LeaseFor is the lease of a claim whose holder connects to the core within
-// connectTimeout: the longest a healthy holder can take from asking for the
-// claim to writing the request (the ledger's busy timeout, then the
-// connect timeout), plus a second. A holder that has not written its
-// request by then was frozen or stalled, and must not write it at all: the
-// sweep may treat the claim as orphaned after --orphan-after, which the
-// relay's flags keep at least connect-timeout + timeout + 7 s, so a request
-// written within the lease has also had its whole exchange (timeout) before
-// the sweep can move its row.
-func LeaseFor(connectTimeout time.Duration) time.Duration {
-	return ledger.BusyTimeout + connectTimeout + time.Second
-}
-
-// beforeSend is nil in every release build; the test-only build tag
-// freezehook sets it to freeze the process between a claim and its send.
-var beforeSend func(memo string)
-
 // txn is one request's trip through the relay, for its log line.
 type txn struct {
 	peer     Peer // the channel connection
@@ -305,8 +288,8 @@ func unusableReply(reply []byte, guid string) string {
 // asked is when the claim was asked for: the holder's lease runs from then.
 func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte, asked time.Time) []byte {
 	tx.attempt = attempt
-	if beforeSend != nil {
-		beforeSend(tx.req.Transfer.Memo)
+	if s.beforeSend != nil {
+		s.beforeSend(tx.req.Transfer.Memo)
 	}
 	var lease time.Time
 	if s.lease > 0 {

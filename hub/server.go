@@ -39,7 +39,7 @@ type Config struct {
 	IdleTimeout time.Duration // an idle channel connection is closed after it
 	OrphanAfter time.Duration // SENT/RECEIVED rows older than this are swept to UNKNOWN
 	// Lease is how long after asking for a claim its holder may still
-	// write the request to the core (0: no lease; see LeaseFor).
+	// write the request to the core (0: no lease; see ledger.LeaseFor).
 	Lease time.Duration
 	// OutageAfter consecutive sends without a connection make the core
 	// count as down (0: DefaultOutageAfter); see outage.
@@ -55,6 +55,10 @@ type Config struct {
 	// MaxConns bounds the open channel connections, TLS handshakes
 	// included (0: DefaultMaxConns); one more is closed at once.
 	MaxConns int
+	// BeforeSend, if set, is called with the memo between a claim and its
+	// send. It is a test hook (nil in every release binary): the
+	// frozen-holder test's relay stops itself there.
+	BeforeSend func(memo string)
 	// FrameTimeout, WriteTimeout and SweepInterval default to the package
 	// constants; tests shorten them.
 	FrameTimeout  time.Duration
@@ -129,6 +133,7 @@ type Server struct {
 	tls          *tls.Config
 	clientCerts  bool
 	maxConns     int
+	beforeSend   func(memo string)
 
 	shuttingDown atomic.Bool
 	mu           sync.Mutex
@@ -140,21 +145,14 @@ type Server struct {
 	sweepDone    chan struct{}
 }
 
-// wrapStore is nil in every release build. A test-only build tag sets it to
-// break the claim on purpose (see brokenclaim.go).
-var wrapStore func(Store) Store
-
 // New returns a server for cfg.
 func New(cfg Config) *Server {
-	if wrapStore != nil {
-		cfg.Store = wrapStore(cfg.Store)
-	}
 	s := &Server{
 		store: cfg.Store, core: cfg.Core, log: cfg.Logger,
 		idleTimeout: cfg.IdleTimeout, frameTimeout: cfg.FrameTimeout, writeTimeout: cfg.WriteTimeout,
 		orphanAfter: cfg.OrphanAfter, sweepEvery: cfg.SweepInterval, lease: cfg.Lease,
 		outage: newOutage(cfg.OutageAfter), metrics: cfg.Metrics,
-		tls: cfg.TLS, clientCerts: cfg.ClientCerts, maxConns: cfg.MaxConns,
+		tls: cfg.TLS, clientCerts: cfg.ClientCerts, maxConns: cfg.MaxConns, beforeSend: cfg.BeforeSend,
 		listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
 		stopSweep: make(chan struct{}), sweepDone: make(chan struct{}),
 	}

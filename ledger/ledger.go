@@ -176,3 +176,16 @@ type Faults struct {
 func IsPostgresURL(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
+
+// LeaseFor is the lease of a claim whose holder connects to the core within
+// connectTimeout: the longest a healthy holder can take from asking for the
+// claim to writing the request (the ledger's busy timeout, then the
+// connect timeout), plus a second. A holder that has not written its
+// request by then was frozen or stalled, and must not write it at all: the
+// sweep may treat the claim as orphaned after --orphan-after, which the
+// relay's flags keep at least connect-timeout + timeout + 7 s, so a request
+// written within the lease has also had its whole exchange (timeout) before
+// the sweep can move its row.
+func LeaseFor(connectTimeout time.Duration) time.Duration {
+	return BusyTimeout + connectTimeout + time.Second
+}

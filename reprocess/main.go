@@ -11,7 +11,6 @@ import (
 
 	"dedup/batch"
 	"dedup/cli"
-	"dedup/hub"
 	"dedup/ledger"
 )
 
@@ -43,7 +42,7 @@ func main() {
 	f.WarnInsecure(log)
 	os.Exit(cli.RunJob("reprocess", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "max_attempts", int(f.MaxAttempts), "dry_run", f.DryRun},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
-			sum, err := batch.Reprocess(ctx, l, core, int(f.MaxAttempts), hub.LeaseFor(f.ConnectTimeout.D()), f.DryRun, log)
+			sum, err := batch.Reprocess(ctx, l, core, int(f.MaxAttempts), ledger.LeaseFor(f.ConnectTimeout.D()), f.DryRun, log)
 			if sum.Exhausted > 0 {
 				log.Warn("reprocess: rows at the attempt limit need an operator", "exhausted", sum.Exhausted)
 			}

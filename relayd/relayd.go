@@ -1,0 +1,292 @@
+// Package relayd is the relay binary's flags and wiring: it parses the
+// command line (docs/cli.md), opens the ledger, the core client and the
+// listeners, serves until a signal, and shuts down cleanly. cmd relay calls
+// Main with no hooks; the tests' deliberately broken relays
+// (e2e/testdata) call it with Hooks, so that no release binary carries a
+// mutant or a test hook.
+package relayd
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"dedup/certs"
+	"dedup/cli"
+	"dedup/hub"
+	"dedup/ledger"
+	"dedup/ledger/backend"
+	"dedup/metrics"
+)
+
+// Flags are the relay's command-line flags.
+type Flags struct {
+	DB       string    `name:"db" default:"relay.db" help:"Ledger: a SQLite file path (on a local file system), or a postgres:// URL."`
+	Listen   string    `name:"listen" default:"127.0.0.1:9101" help:"TCP address for channels (lhstd frames); port 0 picks a free port."`
+	TLSCert  string    `name:"tls-cert" placeholder:"FILE" help:"PEM certificate chain: the channel listener speaks TLS (with --tls-key)."`
+	TLSKey   string    `name:"tls-key" placeholder:"FILE" help:"PEM key of --tls-cert."`
+	ClientCA string    `name:"client-ca" placeholder:"FILE" help:"PEM bundle: every channel must present a client certificate chaining to it; its urn:dedup:channel:XXX URI SANs name the channel codes it may send."`
+	MaxConns cli.Whole `name:"max-conns" default:"1024" help:"Open channel connections (TLS handshakes included); one more is closed at once."`
+	cli.CoreFlags
+	OrphanAfter    cli.Seconds `name:"orphan-after" default:"60" help:"Seconds after which a SENT/RECEIVED row is orphaned and swept to UNKNOWN; at least connect-timeout + timeout + 7."`
+	IdleTimeout    cli.Seconds `name:"idle-timeout" default:"300" help:"Seconds an idle channel connection is kept."`
+	MetricsListen  string      `name:"metrics-listen" placeholder:"ADDR" help:"HTTP address for /metrics, /healthz and /readyz (default off); port 0 picks a free port."`
+	MetricsRefresh cli.Seconds `name:"metrics-refresh" default:"15" help:"Seconds between refreshes of the ledger gauges (dedup_ledger_rows, dedup_ledger_oldest_age_seconds)."`
+	Synchronous    string      `name:"synchronous" enum:"full,normal" default:"full" help:"Durability of each commit: full, or normal (SQLite NORMAL; PostgreSQL: accept synchronous_commit off/local)."`
+	DBInsecure     bool        `name:"db-insecure" help:"Allow a PostgreSQL host that is not loopback without sslmode=verify-full or verify-ca (plain text or an unverified server)."`
+	cli.Logging
+}
+
+// Validate checks everything that can be checked before anything is
+// touched (cli.md): the timeouts, the orphan bound, --db, --core and
+// --listen. Kong calls it while parsing, so a bad flag exits 2 without
+// creating a ledger file.
+func (f *Flags) Validate() error {
+	for _, c := range []struct {
+		name string
+		v    cli.Seconds
+	}{{"--orphan-after", f.OrphanAfter}, {"--idle-timeout", f.IdleTimeout}} {
+		if c.v <= 0 {
+			return fmt.Errorf("%s must be greater than 0", c.name)
+		}
+	}
+	if err := backend.Check(f.DB, f.DBInsecure); err != nil {
+		return fmt.Errorf("--db: %v", err)
+	}
+	if err := f.listenerFiles().Check("--tls-cert", "--tls-key"); err != nil {
+		return err
+	}
+	if f.ClientCA != "" && f.TLSCert == "" {
+		return fmt.Errorf("--client-ca needs --tls-cert and --tls-key")
+	}
+	if f.MaxConns < 1 {
+		return fmt.Errorf("--max-conns must be at least 1")
+	}
+	if err := cli.CheckListen("--listen", f.Listen); err != nil {
+		return err
+	}
+	if f.MetricsListen != "" {
+		if err := cli.CheckListen("--metrics-listen", f.MetricsListen); err != nil {
+			return err
+		}
+	}
+	if f.MetricsRefresh <= 0 {
+		return fmt.Errorf("--metrics-refresh must be greater than 0")
+	}
+	// An orphan must be older than any claim can live: connect timeout +
+	// timeout + the 5 s busy timeout + 2 s for whole-second timestamps.
+	// The claim's lease (ledger.LeaseFor: busy timeout + connect timeout +
+	// 1 s) plus the exchange's timeout then stays a second below it.
+	if least := f.ConnectTimeout.D() + f.Timeout.D() + ledger.BusyTimeout + 2*time.Second; f.OrphanAfter.D() < least {
+		return fmt.Errorf("--orphan-after must be at least --connect-timeout + --timeout + 7 = %gs", least.Seconds())
+	}
+	return nil
+}
+
+func (f *Flags) listenerFiles() certs.Files {
+	return certs.Files{Cert: f.TLSCert, Key: f.TLSKey, CA: f.ClientCA}
+}
+
+// Hooks change the relay for the tests' broken builds; the zero value is
+// the relay itself, and every release binary passes the zero value.
+type Hooks struct {
+	// WrapStore, if set, wraps the ledger the relay serves from (a test
+	// relay with a select-then-insert claim).
+	WrapStore func(hub.Store) hub.Store
+	// NoLease turns the claim's lease off (a test relay that shows what
+	// the lease prevents).
+	NoLease bool
+	// BeforeSend, if set, is called between a claim and its send (a test
+	// relay that freezes itself there); see hub.Config.BeforeSend.
+	BeforeSend func(memo string)
+}
+
+// Main runs the relay with args (without the program name) and returns its
+// exit status.
+func Main(args []string, hooks Hooks) int {
+	var f Flags
+	cli.Parse("relay", "The dedup relay: forwards each GUID to the core at most once.", &f, args)
+	return run(&f, f.Logger(os.Stderr), hooks)
+}
+
+func run(f *Flags, log *slog.Logger, hooks Hooks) int {
+	// Certificates first: a bad file is refused before the ledger is
+	// opened or anything is created.
+	var listenerCerts *certs.Set
+	if f.TLSCert != "" {
+		var err error
+		if listenerCerts, err = certs.Load(f.listenerFiles()); err != nil {
+			fmt.Fprintf(os.Stderr, "relay: error: listener TLS: %v\n", err)
+			return cli.ExitRuntime
+		}
+	}
+	core, coreCerts, err := f.CoreClient(0)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
+		return cli.ExitRuntime
+	}
+	cli.WarnDB(log, f.DB, f.DBInsecure)
+	var m *metrics.Relay
+	opts := ledger.Options{Synchronous: f.Synchronous, Warn: log.Warn}
+	if f.MetricsListen != "" {
+		m = metrics.New()
+		opts.OnCommit = m.Commit
+	}
+	l, err := backend.Open(f.DB, opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
+		return cli.ExitRuntime
+	}
+	defer l.Close()
+	var store hub.Store = l
+	if hooks.WrapStore != nil {
+		store = hooks.WrapStore(store)
+	}
+	lease := ledger.LeaseFor(f.ConnectTimeout.D())
+	if hooks.NoLease {
+		lease = 0
+	}
+	cfg := hub.Config{Store: store, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D(),
+		Lease: lease, Metrics: m, MaxConns: int(f.MaxConns), BeforeSend: hooks.BeforeSend}
+	if listenerCerts != nil {
+		if cfg.TLS, err = listenerCerts.ServerConfig(); err != nil {
+			fmt.Fprintf(os.Stderr, "relay: error: listener TLS: %v\n", err)
+			return cli.ExitRuntime
+		}
+		cfg.ClientCerts = listenerCerts.RequiresClientCert()
+		m.CertExpiry(metrics.CertListener, listenerCerts.NotAfter())
+	}
+	if coreCerts != nil && !coreCerts.NotAfter().IsZero() {
+		m.CertExpiry(metrics.CertCoreClient, coreCerts.NotAfter())
+	}
+	srv := hub.New(cfg)
+
+	// Orphans first: a row left SENT by a crash must not answer E903 forever.
+	if err := srv.SweepOrphans(context.Background()); err != nil {
+		fmt.Fprintf(os.Stderr, "relay: error: ledger %s: %v\n", backend.Describe(f.DB), err)
+		return cli.ExitRuntime
+	}
+	// Say it once, at start, if the core accepts no connection: every new
+	// GUID would get E902 until it does. The check opens a connection and
+	// sends nothing on it (the relay sends the core nothing but claimed
+	// transfers); the relay serves anyway, the core may come.
+	if err := core.Reach(context.Background()); err != nil {
+		log.Warn("the core accepts no connection: every new GUID will get E902 until it does; serving anyway", "core", f.Core, "error", err)
+	}
+	ln, err := net.Listen("tcp", f.Listen)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
+		return cli.ExitRuntime
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	metricsAddr := "off"
+	if m != nil {
+		mln, err := net.Listen("tcp", f.MetricsListen)
+		if err != nil {
+			ln.Close()
+			fmt.Fprintf(os.Stderr, "relay: error: --metrics-listen %s: %v\n", f.MetricsListen, err)
+			return cli.ExitRuntime
+		}
+		ms := metrics.NewServer(m, l, f.MetricsRefresh.D(), srv.Serving)
+		ms.SetLogger(log)
+		hs := &http.Server{Handler: ms.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(mln)
+		defer hs.Close()
+		rctx, stopRefresh := context.WithCancel(context.Background())
+		defer stopRefresh()
+		go ms.RunRefresher(rctx, func(err error) { log.Warn("ledger gauges not refreshed", "error", err) })
+		metricsAddr = mln.Addr().String()
+		cli.Listening(os.Stderr, f.LogFormat, "metrics addr="+metricsAddr)
+	}
+	srv.StartSweeper()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	go reloadOnHangup(ctx, log, m, listenerCerts, coreCerts)
+	log.Info("relay started", "listen", ln.Addr().String(), "tls", listenerMode(listenerCerts), "max_conns", int(f.MaxConns),
+		"db", backend.Describe(f.DB), "core", f.Core, "core_roots", f.CoreRoots(),
+		"timeout_s", f.Timeout.D().Seconds(), "connect_timeout_s", f.ConnectTimeout.D().Seconds(),
+		"orphan_after_s", f.OrphanAfter.D().Seconds(), "idle_timeout_s", f.IdleTimeout.D().Seconds(),
+		"lease_s", lease.Seconds(), "synchronous", f.Synchronous, "metrics", metricsAddr,
+		"version", cli.VersionString())
+	// Scripts that pass port 0 read the port from this line.
+	cli.Listening(os.Stderr, f.LogFormat, "listening addr="+ln.Addr().String())
+
+	select {
+	case err := <-served:
+		log.Error("relay stopped serving", "error", err)
+		return cli.ExitRuntime
+	case <-ctx.Done():
+	}
+	stop()
+	// A second signal exits at once.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-again
+		fmt.Fprintln(os.Stderr, "relay: second signal, exiting at once")
+		os.Exit(cli.ExitRuntime)
+	}()
+	bound := f.ConnectTimeout.D() + f.Timeout.D() + ledger.BusyTimeout + time.Second
+	log.Info("relay stopping: no new connections; finishing transactions in flight", "bound_s", bound.Seconds())
+	sctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Error("relay stopped before every transaction in flight finished", "error", err)
+		return cli.ExitRuntime
+	}
+	if err := l.Close(); err != nil {
+		log.Error("closing the ledger failed", "db", f.DB, "error", err)
+		return cli.ExitRuntime
+	}
+	log.Info("relay stopped cleanly")
+	return cli.ExitOK
+}
+
+func listenerMode(c *certs.Set) string {
+	switch {
+	case c == nil:
+		return "off (plain TCP)"
+	case c.RequiresClientCert():
+		return "on, client certificates required (--client-ca " + c.Files().CA + ")"
+	}
+	return "on, no client certificates"
+}
+
+// reloadOnHangup re-reads the certificate files on every SIGHUP until ctx
+// ends: connections opened afterwards use them. A reload that fails keeps
+// the files loaded before and says which file is wrong.
+func reloadOnHangup(ctx context.Context, log *slog.Logger, m *metrics.Relay, listener, core *certs.Set) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		for _, c := range []struct {
+			name string
+			set  *certs.Set
+		}{{metrics.CertListener, listener}, {metrics.CertCoreClient, core}} {
+			if c.set == nil {
+				continue
+			}
+			if err := c.set.Reload(); err != nil {
+				log.Error("SIGHUP: certificate reload failed; the files loaded before stay in use", "cert", c.name, "error", err)
+				continue
+			}
+			if !c.set.NotAfter().IsZero() {
+				m.CertExpiry(c.name, c.set.NotAfter())
+			}
+			log.Info("SIGHUP: certificates reloaded; new connections use them", "cert", c.name, "not_after", c.set.NotAfter().UTC().Format(time.RFC3339))
+		}
+	}
+}
