@@ -1,18 +1,24 @@
-// Package dedup holds the domain of the dedup relay: the ledger states, the
-// response codes a channel can receive, and the ledger's DDL.
+// Package dedup is the domain of the dedup relay and nothing else: the
+// states of a ledger row and the response codes a channel can receive, with
+// what they mean (docs/rules.md).
 //
 // The relay stands between a bank's channels and its non-idempotent core
 // banking system and makes sure that a transfer retransmitted with the same
 // GUID reaches the core at most once, unless the relay knows for certain that
 // the earlier send never arrived. Subpackages implement the pieces: lhstd (the
-// telegram), ledger (the SQLite state ledger), coreapi (the core's HTTP API),
-// hub (the relay server), batch (resolve, reprocess, purge).
+// telegram), ledger (the state ledger's contract, with ledger/sqlite and
+// ledger/postgres behind it), coreapi (the core's HTTP API), hub (the relay
+// server), batch (resolve, reprocess, purge), relayd (the relay binary's
+// wiring).
 package dedup
 
 import _ "embed"
 
-// Schema is the ledger's DDL (schema.sql). Every binary applies it whenever it
-// opens a ledger; every statement in it is idempotent.
+// Schema is the SQLite ledger's DDL, schema.sql, which the repository keeps
+// at its top so that operators find it; it is embedded here only because
+// go:embed cannot reach a parent directory. ledger/sqlite applies it on every
+// open (every statement in it is idempotent); the PostgreSQL DDL lives with
+// ledger/postgres.
 //
 //go:embed schema.sql
 var Schema string

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"dedup"
-	"dedup/cli"
 	"dedup/coreapi"
 	"dedup/ledger"
 	"dedup/lhstd"
@@ -28,8 +27,8 @@ func (s ResolveSummary) String() string {
 }
 
 // Fields are the summary's counts in order.
-func (s ResolveSummary) Fields() []cli.Field {
-	return []cli.Field{{Name: "candidates", Value: int64(s.Candidates)}, {Name: "done", Value: int64(s.Done)}, {Name: "failed", Value: int64(s.Failed)}, {Name: "left", Value: int64(s.Left)}}
+func (s ResolveSummary) Fields() []Field {
+	return []Field{{Name: "candidates", Value: int64(s.Candidates)}, {Name: "done", Value: int64(s.Done)}, {Name: "failed", Value: int64(s.Failed)}, {Name: "left", Value: int64(s.Left)}}
 }
 
 // Resolve settles every UNKNOWN row not updated for minAge by inquiry: 200
@@ -111,11 +110,11 @@ func (s ReprocessSummary) String() string {
 }
 
 // Fields are the summary's counts in order.
-func (s ReprocessSummary) Fields() []cli.Field {
-	f := []cli.Field{{Name: "candidates", Value: int64(s.Candidates)}, {Name: "sent", Value: int64(s.Sent)}, {Name: "done", Value: int64(s.Done)}, {Name: "unknown", Value: int64(s.Unknown)},
+func (s ReprocessSummary) Fields() []Field {
+	f := []Field{{Name: "candidates", Value: int64(s.Candidates)}, {Name: "sent", Value: int64(s.Sent)}, {Name: "done", Value: int64(s.Done)}, {Name: "unknown", Value: int64(s.Unknown)},
 		{Name: "failed", Value: int64(s.Failed)}, {Name: "skipped", Value: int64(s.Skipped)}, {Name: "exhausted", Value: int64(s.Exhausted)}}
 	if s.DryRun {
-		f = append(f, cli.Field{Name: "would_send", Value: int64(s.WouldSend)})
+		f = append(f, Field{Name: "would_send", Value: int64(s.WouldSend)})
 	}
 	return f
 }
@@ -223,10 +222,10 @@ func (s PurgeSummary) String() string {
 }
 
 // Fields are the summary's counts in order.
-func (s PurgeSummary) Fields() []cli.Field {
-	f := []cli.Field{{Name: "deleted", Value: s.Deleted}}
+func (s PurgeSummary) Fields() []Field {
+	f := []Field{{Name: "deleted", Value: s.Deleted}}
 	if s.DryRun {
-		f = append(f, cli.Field{Name: "would_delete", Value: s.WouldDelete})
+		f = append(f, Field{Name: "would_delete", Value: s.WouldDelete})
 	}
 	return f
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,32 +8,18 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"dedup/batch"
 	"dedup/ledger"
 	"dedup/ledger/backend"
+	"dedup/metrics"
 )
 
-// Summary is a batch job's result: its String is the job's last stdout line
-// (cli.md fixes it); Fields are the same counts, in the same order, for
-// --summary-format json and the metrics textfile.
-type Summary interface {
-	String() string
-	Fields() []Field
-}
-
-// Field is one count of a summary.
-type Field struct {
-	Name  string
-	Value int64
-}
-
 // JobFlags are the flags every batch job has for its reporting
-// (operations.md "Batch jobs").
+// (docs/operations.md, "The batch jobs").
 type JobFlags struct {
 	MetricsTextfile string `name:"metrics-textfile" placeholder:"PATH" help:"At exit, write node_exporter textfile metrics to PATH (atomically)."`
 	SummaryFormat   string `name:"summary-format" enum:"text,json" default:"text" help:"The last stdout line: text or json."`
@@ -42,7 +27,7 @@ type JobFlags struct {
 
 // Job is one run of a batch job against an open ledger. ctx ends on SIGINT
 // or SIGTERM; a job stops between rows and returns its summary so far.
-type Job func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (Summary, error)
+type Job func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error)
 
 // RunJob runs a batch job the way every batch binary does: it opens the
 // ledger at db (applying the schema), runs job, logs its start and end,
@@ -56,7 +41,13 @@ func RunJob(name, db string, jf JobFlags, log *slog.Logger, startAttrs []any, jo
 	defer stop()
 	status, sum := runJob(ctx, name, db, jf, log, startAttrs, job)
 	if jf.MetricsTextfile != "" {
-		if err := WriteJobTextfile(jf.MetricsTextfile, name, start, time.Since(start), status == ExitOK, sum); err != nil {
+		var counts []metrics.JobCount
+		if sum != nil {
+			for _, f := range sum.Fields() {
+				counts = append(counts, metrics.JobCount{Outcome: f.Name, Rows: f.Value})
+			}
+		}
+		if err := metrics.WriteJobTextfile(jf.MetricsTextfile, name, start, time.Since(start), status == ExitOK, counts); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: error: metrics textfile: %v\n", name, err)
 			if status == ExitOK {
 				status = ExitRuntime
@@ -66,7 +57,7 @@ func RunJob(name, db string, jf JobFlags, log *slog.Logger, startAttrs []any, jo
 	return status
 }
 
-func runJob(ctx context.Context, name, db string, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) (int, Summary) {
+func runJob(ctx context.Context, name, db string, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) (int, batch.Summary) {
 	l, err := backend.Open(db, ledger.Options{Warn: log.Warn})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
@@ -96,9 +87,9 @@ func runJob(ctx context.Context, name, db string, jf JobFlags, log *slog.Logger,
 	return ExitOK, sum
 }
 
-// FormatSummary is the job's last stdout line: the text cli.md fixes, or a
+// FormatSummary is the job's last stdout line: the text docs/cli.md fixes, or a
 // JSON object {"job": name, count: value, ...} with the same counts.
-func FormatSummary(name string, sum Summary, format string) string {
+func FormatSummary(name string, sum batch.Summary, format string) string {
 	if format != "json" {
 		return sum.String()
 	}
@@ -111,71 +102,4 @@ func FormatSummary(name string, sum Summary, format string) string {
 	}
 	b.WriteString("}")
 	return b.String()
-}
-
-const lastSuccessMetric = "dedup_job_last_success_timestamp_seconds"
-
-// WriteJobTextfile writes the node_exporter textfile of one job run to path,
-// atomically (a temporary file in the same directory, then rename). The
-// last-success timestamp advances only if ok; otherwise the previous
-// file's value is kept.
-func WriteJobTextfile(path, job string, start time.Time, took time.Duration, ok bool, sum Summary) error {
-	label := fmt.Sprintf(`{job=%q}`, job)
-	lastSuccess := ""
-	if ok {
-		lastSuccess = strconv.FormatFloat(float64(time.Now().UnixMilli())/1000, 'f', 3, 64)
-	} else {
-		lastSuccess = previousValue(path, lastSuccessMetric+label)
-	}
-	var b strings.Builder
-	gauge := func(name, help string) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)
-	}
-	gauge("dedup_job_last_run_timestamp_seconds", "When the job last ran (Unix time), whatever its outcome.")
-	fmt.Fprintf(&b, "dedup_job_last_run_timestamp_seconds%s %.3f\n", label, float64(start.UnixMilli())/1000)
-	if lastSuccess != "" {
-		gauge(lastSuccessMetric, "When the job last ran to its end with exit status 0 (Unix time).")
-		fmt.Fprintf(&b, "%s%s %s\n", lastSuccessMetric, label, lastSuccess)
-	}
-	gauge("dedup_job_duration_seconds", "How long the job's last run took.")
-	fmt.Fprintf(&b, "dedup_job_duration_seconds%s %.3f\n", label, took.Seconds())
-	if sum != nil {
-		gauge("dedup_job_rows", "The counts of the job's last summary line, by outcome.")
-		for _, f := range sum.Fields() {
-			fmt.Fprintf(&b, "dedup_job_rows{job=%q,outcome=%q} %d\n", job, f.Name, f.Value)
-		}
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(b.String()); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}
-
-// previousValue returns the value of series in the textfile at path, or "".
-func previousValue(path, series string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }

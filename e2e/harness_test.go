@@ -31,7 +31,7 @@ import (
 	"dedup"
 	"dedup/channelsim"
 	"dedup/internal/pgtest"
-	"dedup/ledger"
+	"dedup/ledger/backend"
 	"dedup/ledger/postgres"
 	"dedup/lhstd"
 )
@@ -426,7 +426,7 @@ INSERT INTO tx SELECT printf('OLD%029d', i), 'TRF00001', 'DONE', '0000', ?, ?, 1
 
 func openDB(t *testing.T, dsn string) *ledgerDB {
 	t.Helper()
-	if ledger.IsPostgresURL(dsn) {
+	if backend.IsPostgresURL(dsn) {
 		db, err := sql.Open("pgx", dsn)
 		assert.NilError(t, err)
 		t.Cleanup(func() { db.Close() })

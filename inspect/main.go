@@ -64,7 +64,7 @@ func main() {
 }
 
 func run(f *flags) int {
-	if !ledger.IsPostgresURL(f.DB) {
+	if !backend.IsPostgresURL(f.DB) {
 		// inspect only reads: a missing file is a mistake, not a new ledger.
 		if _, err := os.Stat(f.DB); err != nil {
 			fmt.Fprintf(os.Stderr, "inspect: error: no ledger at %s: %v\n", f.DB, err)

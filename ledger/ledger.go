@@ -16,7 +16,6 @@ package ledger
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"dedup"
@@ -169,12 +168,6 @@ type Faults struct {
 	// happen as failed: an acknowledgement lost on the way (an ambiguous
 	// commit).
 	AfterCommit func() error
-}
-
-// IsPostgresURL reports whether db names a PostgreSQL database (a URL with
-// the postgres:// or postgresql:// scheme) rather than a SQLite file.
-func IsPostgresURL(db string) bool {
-	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
 
 // LeaseFor is the lease of a claim whose holder connects to the core within

@@ -37,7 +37,7 @@ func main() {
 		}
 	}
 	os.Exit(cli.RunJob("purge", f.DB, f.JobFlags, log, []any{"days", int(f.Days), "dry_run", f.DryRun},
-		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
+		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
 			sum, err := batch.Purge(ctx, l, int(f.Days), f.DryRun, progress, log)
 			if progress != nil && !f.DryRun {
 				fmt.Fprintln(os.Stderr)

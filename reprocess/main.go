@@ -41,7 +41,7 @@ func main() {
 	log := f.Logger(os.Stderr)
 	f.WarnInsecure(log)
 	os.Exit(cli.RunJob("reprocess", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "max_attempts", int(f.MaxAttempts), "dry_run", f.DryRun},
-		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
+		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
 			sum, err := batch.Reprocess(ctx, l, core, int(f.MaxAttempts), ledger.LeaseFor(f.ConnectTimeout.D()), f.DryRun, log)
 			if sum.Exhausted > 0 {
 				log.Warn("reprocess: rows at the attempt limit need an operator", "exhausted", sum.Exhausted)

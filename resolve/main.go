@@ -30,7 +30,7 @@ func main() {
 	log := f.Logger(os.Stderr)
 	f.WarnInsecure(log)
 	os.Exit(cli.RunJob("resolve", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "min_age_s", f.MinAge.D().Seconds()},
-		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (cli.Summary, error) {
+		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
 			return batch.Resolve(ctx, l, core, f.MinAge.D(), log)
 		}))
 }

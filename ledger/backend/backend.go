@@ -5,6 +5,8 @@
 package backend
 
 import (
+	"strings"
+
 	"dedup/ledger"
 	"dedup/ledger/postgres"
 	"dedup/ledger/sqlite"
@@ -12,7 +14,7 @@ import (
 
 // Open opens the ledger db names, applying its schema.
 func Open(db string, opts ledger.Options) (ledger.Ledger, error) {
-	if ledger.IsPostgresURL(db) {
+	if IsPostgresURL(db) {
 		return postgres.Open(db, opts)
 	}
 	return sqlite.Open(db, opts)
@@ -23,7 +25,7 @@ func Open(db string, opts ledger.Options) (ledger.Ledger, error) {
 // (--db-insecure) allows a PostgreSQL host that is not loopback without a
 // verified TLS connection.
 func Check(db string, insecure bool) error {
-	if ledger.IsPostgresURL(db) {
+	if IsPostgresURL(db) {
 		return postgres.CheckURL(db, insecure)
 	}
 	return sqlite.CheckPath(db)
@@ -32,15 +34,21 @@ func Check(db string, insecure bool) error {
 // CarriesPassword reports whether db holds a password itself (readable by
 // every local user in the process list).
 func CarriesPassword(db string) bool {
-	return ledger.IsPostgresURL(db) && postgres.CarriesPassword(db)
+	return IsPostgresURL(db) && postgres.CarriesPassword(db)
 }
 
 // Describe returns db as it may be shown in logs, errors and summaries: a
 // PostgreSQL URL without its password or any query parameter but sslmode,
 // a SQLite path as it is.
 func Describe(db string) string {
-	if ledger.IsPostgresURL(db) {
+	if IsPostgresURL(db) {
 		return postgres.Redact(db)
 	}
 	return db
+}
+
+// IsPostgresURL reports whether db names a PostgreSQL database (a URL with
+// the postgres:// or postgresql:// scheme) rather than a SQLite file.
+func IsPostgresURL(db string) bool {
+	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }

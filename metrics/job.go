@@ -1,0 +1,85 @@
+package metrics
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// JobCount is one count of a batch job's summary line (its outcome label
+// and rows), as the textfile exports it.
+type JobCount struct {
+	Outcome string
+	Rows    int64
+}
+
+const lastSuccessMetric = "dedup_job_last_success_timestamp_seconds"
+
+// WriteJobTextfile writes the node_exporter textfile of one job run to path,
+// atomically (a temporary file in the same directory, then rename). The
+// last-success timestamp advances only if ok; otherwise the previous
+// file's value is kept.
+func WriteJobTextfile(path, job string, start time.Time, took time.Duration, ok bool, counts []JobCount) error {
+	label := fmt.Sprintf(`{job=%q}`, job)
+	lastSuccess := ""
+	if ok {
+		lastSuccess = strconv.FormatFloat(float64(time.Now().UnixMilli())/1000, 'f', 3, 64)
+	} else {
+		lastSuccess = previousValue(path, lastSuccessMetric+label)
+	}
+	var b strings.Builder
+	gauge := func(name, help string) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)
+	}
+	gauge("dedup_job_last_run_timestamp_seconds", "When the job last ran (Unix time), whatever its outcome.")
+	fmt.Fprintf(&b, "dedup_job_last_run_timestamp_seconds%s %.3f\n", label, float64(start.UnixMilli())/1000)
+	if lastSuccess != "" {
+		gauge(lastSuccessMetric, "When the job last ran to its end with exit status 0 (Unix time).")
+		fmt.Fprintf(&b, "%s%s %s\n", lastSuccessMetric, label, lastSuccess)
+	}
+	gauge("dedup_job_duration_seconds", "How long the job's last run took.")
+	fmt.Fprintf(&b, "dedup_job_duration_seconds%s %.3f\n", label, took.Seconds())
+	if counts != nil {
+		gauge("dedup_job_rows", "The counts of the job's last summary line, by outcome.")
+		for _, c := range counts {
+			fmt.Fprintf(&b, "dedup_job_rows{job=%q,outcome=%q} %d\n", job, c.Outcome, c.Rows)
+		}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(b.String()); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// previousValue returns the value of series in the textfile at path, or "".
+func previousValue(path, series string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
