@@ -16,6 +16,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"dedup"
@@ -168,6 +169,28 @@ type Faults struct {
 	// happen as failed: an acknowledgement lost on the way (an ambiguous
 	// commit).
 	AfterCommit func() error
+}
+
+// Before runs BeforeCommit, if any (a nil Faults injects nothing).
+func (f *Faults) Before() error {
+	if f == nil || f.BeforeCommit == nil {
+		return nil
+	}
+	if err := f.BeforeCommit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// After runs AfterCommit, if any (a nil Faults injects nothing).
+func (f *Faults) After() error {
+	if f == nil || f.AfterCommit == nil {
+		return nil
+	}
+	if err := f.AfterCommit(); err != nil {
+		return fmt.Errorf("commit acknowledgement: %w", err)
+	}
+	return nil
 }
 
 // LeaseFor is the lease of a claim whose holder connects to the core within

@@ -90,7 +90,7 @@ func notPrimary(err error) bool {
 func (l *Ledger) onConn(ctx context.Context, write func(c *pgxpool.Conn) error) error {
 	c, err := l.pool.Acquire(ctx)
 	if err != nil {
-		return classify(err)
+		return translate(err)
 	}
 	defer c.Release()
 	data := c.Conn().PgConn().CustomData()

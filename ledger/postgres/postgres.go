@@ -114,7 +114,7 @@ var _ ledger.Ledger = (*Ledger)(nil)
 func Open(dsn string, opts ledger.Options) (*Ledger, error) {
 	l, err := open(dsn, opts)
 	if err != nil {
-		return nil, fmt.Errorf("open ledger %s: %s", Redact(dsn), scrub(err.Error(), dsn))
+		return nil, fmt.Errorf("open ledger %s: %w", Redact(dsn), scrubbed{err, dsn})
 	}
 	return l, nil
 }
@@ -217,8 +217,8 @@ func bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, ledger.BusyTimeout+time.Second)
 }
 
-// classify maps PostgreSQL's lock and statement timeouts to ErrBusy.
-func classify(err error) error {
+// translate maps PostgreSQL's lock and statement timeouts to ErrBusy.
+func translate(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014") { // lock_not_available, query_canceled
 		return fmt.Errorf("%w: %v", ledger.ErrBusy, err)
@@ -335,15 +335,15 @@ func (l *Ledger) runOne(ctx context.Context, o *wop) error {
 	start := time.Now()
 	err := l.onConn(ctx, func(c *pgxpool.Conn) error {
 		if l.faults == nil {
-			return classify(o.exec(ctx, c))
+			return translate(o.exec(ctx, c))
 		}
 		tx, err := c.Begin(ctx)
 		if err != nil {
-			return classify(err)
+			return translate(err)
 		}
 		defer tx.Rollback(ctx)
 		if err := o.exec(ctx, tx); err != nil {
-			return classify(err)
+			return translate(err)
 		}
 		return l.commit(ctx, tx)
 	})
@@ -366,7 +366,7 @@ func (l *Ledger) runBatch(batch []*wop) error {
 	err := l.onConn(ctx, func(c *pgxpool.Conn) error {
 		tx, err := c.Begin(ctx)
 		if err != nil {
-			return classify(err)
+			return translate(err)
 		}
 		defer tx.Rollback(ctx)
 		var b pgx.Batch
@@ -377,11 +377,11 @@ func (l *Ledger) runBatch(batch []*wop) error {
 		for _, o := range sorted {
 			if err := o.read(br); err != nil {
 				br.Close()
-				return classify(err)
+				return translate(err)
 			}
 		}
 		if err := br.Close(); err != nil {
-			return classify(err)
+			return translate(err)
 		}
 		return l.commit(ctx, tx)
 	})
@@ -393,20 +393,13 @@ func (l *Ledger) runBatch(batch []*wop) error {
 
 // commit commits tx, with the test hooks around it.
 func (l *Ledger) commit(ctx context.Context, tx pgx.Tx) error {
-	if l.faults != nil && l.faults.BeforeCommit != nil {
-		if err := l.faults.BeforeCommit(); err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
+	if err := l.faults.Before(); err != nil {
+		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", classify(err))
+		return fmt.Errorf("commit: %w", translate(err))
 	}
-	if l.faults != nil && l.faults.AfterCommit != nil {
-		if err := l.faults.AfterCommit(); err != nil {
-			return fmt.Errorf("commit acknowledgement: %w", err)
-		}
-	}
-	return nil
+	return l.faults.After()
 }
 
 func (l *Ledger) execCount(ctx context.Context, key, sql string, args ...any) (int64, error) {
@@ -474,34 +467,16 @@ func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error)
 	return n, nil
 }
 
-func scanRow(s pgx.Row) (*ledger.Row, error) {
-	var r ledger.Row
-	var txCode, rsp *string
-	var state string
-	var age int64
-	if err := s.Scan(&r.GUID, &txCode, &state, &rsp, &r.Request, &r.Response, &r.Attempts, &r.UpdatedAt, &age); err != nil {
-		return nil, err
-	}
-	if txCode != nil {
-		r.TxCode = *txCode
-	}
-	if rsp != nil {
-		r.RspCode = *rsp
-	}
-	r.State, r.Age = dedup.State(state), time.Duration(max(age, 0))*time.Second
-	return &r, nil
-}
-
 // Get returns the row of guid, or nil if there is none.
 func (l *Ledger) Get(ctx context.Context, guid string) (*ledger.Row, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
-	r, err := scanRow(l.pool.QueryRow(ctx, sqlGet, guid))
+	r, err := ledger.ScanRow(l.pool.QueryRow(ctx, sqlGet, guid))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", guid, classify(err))
+		return nil, fmt.Errorf("get %s: %w", guid, translate(err))
 	}
 	return r, nil
 }
@@ -511,21 +486,10 @@ func (l *Ledger) selectRows(ctx context.Context, what, where string, args ...any
 	defer cancel()
 	rows, err := l.pool.Query(ctx, "SELECT "+rowColumns+" FROM tx WHERE "+where, args...)
 	if err != nil {
-		return nil, fmt.Errorf("select %s: %w", what, classify(err))
+		return nil, fmt.Errorf("select %s: %w", what, translate(err))
 	}
 	defer rows.Close()
-	var out []ledger.Row
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return nil, fmt.Errorf("select %s: %w", what, err)
-		}
-		out = append(out, *r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("select %s: %w", what, classify(err))
-	}
-	return out, nil
+	return ledger.CollectRows(rows, what, translate)
 }
 
 // SelectUnknown returns resolve's candidates.
@@ -552,11 +516,7 @@ func (l *Ledger) SelectState(ctx context.Context, state dedup.State, olderThan t
 func (l *Ledger) count(ctx context.Context, what, sql string, args ...any) (int64, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
-	var n int64
-	if err := l.pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count %s: %w", what, classify(err))
-	}
-	return n, nil
+	return ledger.Count(l.pool.QueryRow(ctx, sql, args...), what, translate)
 }
 
 // CountExhausted counts FAILED/E902 rows at or above maxAttempts.
@@ -576,22 +536,8 @@ func (l *Ledger) Stats(ctx context.Context) ([]ledger.StateStat, error) {
 	defer cancel()
 	rows, err := l.pool.Query(ctx, sqlStats)
 	if err != nil {
-		return nil, fmt.Errorf("stats: %w", classify(err))
+		return nil, fmt.Errorf("stats: %w", translate(err))
 	}
 	defer rows.Close()
-	got := map[dedup.State]ledger.StateStat{}
-	for rows.Next() {
-		var st string
-		var s ledger.StateStat
-		var oldest int64
-		if err := rows.Scan(&st, &s.Rows, &oldest); err != nil {
-			return nil, fmt.Errorf("stats: %w", err)
-		}
-		s.State, s.Oldest = dedup.State(st), time.Duration(max(oldest, 0))*time.Second
-		got[s.State] = s
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("stats: %w", classify(err))
-	}
-	return ledger.AllStates(got), nil
+	return ledger.CollectStats(rows, translate)
 }

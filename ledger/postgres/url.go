@@ -72,6 +72,16 @@ func scrub(msg, dsn string) string {
 	return msg
 }
 
+// scrubbed is an error whose text has every password of dsn removed, and
+// which still unwraps to the error it hides (errors.Is keeps working).
+type scrubbed struct {
+	err error
+	dsn string
+}
+
+func (e scrubbed) Error() string { return scrub(e.err.Error(), e.dsn) }
+func (e scrubbed) Unwrap() error { return e.err }
+
 // CheckURL reports what is wrong with dsn as a PostgreSQL URL without
 // connecting. A host that is not loopback or a unix socket must be reached
 // with sslmode verify-full or verify-ca, unless insecure: anything less

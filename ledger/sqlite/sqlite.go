@@ -151,23 +151,23 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	ctx := context.Background()
 	l.conn, err = wdb.Conn(ctx)
 	if err != nil {
-		return fail(describe(err))
+		return fail(translate(err))
 	}
 	var mode string
 	if err := l.conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		return fail(describe(err))
+		return fail(translate(err))
 	}
 	if !strings.EqualFold(mode, "wal") {
 		return fail(fmt.Errorf("journal mode is %q, not WAL (is the file system local?)", mode))
 	}
 	if _, err := l.conn.ExecContext(ctx, dedup.Schema); err != nil {
-		return fail(fmt.Errorf("apply schema: %w", describe(err)))
+		return fail(fmt.Errorf("apply schema: %w", translate(err)))
 	}
 	// A quick structural check, so that a damaged file is refused at start
 	// with its name rather than failing one claim at a time.
 	var ok string
 	if err := l.conn.QueryRowContext(ctx, "PRAGMA quick_check(1)").Scan(&ok); err != nil {
-		return fail(fmt.Errorf("integrity check: %w", describe(err)))
+		return fail(fmt.Errorf("integrity check: %w", translate(err)))
 	} else if ok != "ok" {
 		return fail(fmt.Errorf("integrity check failed: %s (the file is damaged; restore it from a backup)", ok))
 	}
@@ -210,7 +210,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 }
 
 // describe adds what an operator should know to SQLite's terse errors.
-func describe(err error) error {
+func translate(err error) error {
 	var se sqlite3.Error
 	if errors.As(err, &se) {
 		switch se.Code {
@@ -267,28 +267,15 @@ const rowColumns = "guid, tx_code, state, rsp_code, request, response, attempts,
 
 type scanner interface{ Scan(...any) error }
 
-func scanRow(s scanner) (*ledger.Row, error) {
-	var r ledger.Row
-	var txCode, rsp sql.NullString
-	var state string
-	var age sql.NullInt64
-	if err := s.Scan(&r.GUID, &txCode, &state, &rsp, &r.Request, &r.Response, &r.Attempts, &r.UpdatedAt, &age); err != nil {
-		return nil, err
-	}
-	r.TxCode, r.RspCode, r.State = txCode.String, rsp.String, dedup.State(state)
-	r.Age = time.Duration(age.Int64) * time.Second
-	return &r, nil
-}
-
 // Get returns the row of guid, or nil if there is none. It reads through the
 // read pool and never waits for the writes.
 func (l *Ledger) Get(ctx context.Context, guid string) (*ledger.Row, error) {
-	r, err := scanRow(l.getStmt.QueryRowContext(ctx, guid))
+	r, err := ledger.ScanRow(l.getStmt.QueryRowContext(ctx, guid))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", guid, describe(err))
+		return nil, fmt.Errorf("get %s: %w", guid, translate(err))
 	}
 	return r, nil
 }
@@ -305,21 +292,10 @@ func (l *Ledger) selectRows(ctx context.Context, what, query string, args ...any
 	// core calls would keep the WAL from being checkpointed.
 	rows, err := l.rdb.QueryContext(ctx, "SELECT "+rowColumns+" FROM tx WHERE "+query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("select %s: %w", what, describe(err))
+		return nil, fmt.Errorf("select %s: %w", what, translate(err))
 	}
 	defer rows.Close()
-	var out []ledger.Row
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return nil, fmt.Errorf("select %s: %w", what, err)
-		}
-		out = append(out, *r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("select %s: %w", what, describe(err))
-	}
-	return out, nil
+	return ledger.CollectRows(rows, what, translate)
 }
 
 // SelectUnknown returns the UNKNOWN rows not updated for minAge (resolve's
@@ -345,11 +321,7 @@ func (l *Ledger) SelectState(ctx context.Context, state dedup.State, olderThan t
 }
 
 func (l *Ledger) count(ctx context.Context, what, query string, args ...any) (int64, error) {
-	var n int64
-	if err := l.rdb.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count %s: %w", what, describe(err))
-	}
-	return n, nil
+	return ledger.Count(l.rdb.QueryRowContext(ctx, query, args...), what, translate)
 }
 
 // CountExhausted counts FAILED/E902 rows at or above maxAttempts: rows no
@@ -371,22 +343,8 @@ func (l *Ledger) Stats(ctx context.Context) ([]ledger.StateStat, error) {
 COALESCE(CAST(strftime('%s','now') AS INTEGER) - CAST(strftime('%s', min(updated_at)) AS INTEGER), 0)
 FROM tx INDEXED BY tx_state_updated GROUP BY state`)
 	if err != nil {
-		return nil, fmt.Errorf("stats: %w", describe(err))
+		return nil, fmt.Errorf("stats: %w", translate(err))
 	}
 	defer rows.Close()
-	got := map[dedup.State]ledger.StateStat{}
-	for rows.Next() {
-		var st string
-		var s ledger.StateStat
-		var oldest int64
-		if err := rows.Scan(&st, &s.Rows, &oldest); err != nil {
-			return nil, fmt.Errorf("stats: %w", err)
-		}
-		s.State, s.Oldest = dedup.State(st), time.Duration(max(oldest, 0))*time.Second
-		got[s.State] = s
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("stats: %w", describe(err))
-	}
-	return ledger.AllStates(got), nil
+	return ledger.CollectStats(rows, translate)
 }

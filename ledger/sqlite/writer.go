@@ -160,7 +160,7 @@ func (l *Ledger) begin(ctx context.Context) error {
 			return nil
 		}
 		if !isBusy(err) {
-			return describe(err)
+			return translate(err)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: %v", ledger.ErrBusy, err)
@@ -187,23 +187,31 @@ func (l *Ledger) commit(batch []*op) (err error) {
 	}()
 	for _, o := range batch {
 		if err := o.run(ctx, &l.stmts); err != nil {
-			return describe(err)
+			return translate(err)
 		}
 	}
-	if l.faults != nil && l.faults.BeforeCommit != nil {
-		if err := l.faults.BeforeCommit(); err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
+	if err := l.faults.Before(); err != nil {
+		return err
 	}
 	if _, err := l.conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return fmt.Errorf("commit: %w", describe(err))
+		return fmt.Errorf("commit: %w", translate(err))
 	}
-	if l.faults != nil && l.faults.AfterCommit != nil {
-		if err := l.faults.AfterCommit(); err != nil {
-			return fmt.Errorf("commit acknowledgement: %w", err)
+	return l.faults.After()
+}
+
+// execCount runs one of the prepared writes in the next batch and returns
+// the rows it affected (the claim's, the fences' and the sweep's verdict).
+func (l *Ledger) execCount(ctx context.Context, stmt func(*writeStmts) *sql.Stmt, args ...any) (int64, error) {
+	var n int64
+	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		res, err := stmt(s).ExecContext(ctx, args...)
+		if err != nil {
+			return err
 		}
-	}
-	return nil
+		n, err = res.RowsAffected()
+		return err
+	}})
+	return n, err
 }
 
 // Claim claims a new GUID for a send to the core (ledger.md: none → SENT):
@@ -211,15 +219,7 @@ func (l *Ledger) commit(batch []*op) (err error) {
 // claimed reports whether this caller owns the GUID; the claim is committed
 // before Claim returns.
 func (l *Ledger) Claim(ctx context.Context, guid, txCode string, request []byte) (claimed bool, err error) {
-	var n int64
-	err = l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
-		res, err := s.claim.ExecContext(ctx, guid, txCode, request)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	}})
+	n, err := l.execCount(ctx, func(s *writeStmts) *sql.Stmt { return s.claim }, guid, txCode, request)
 	if err != nil {
 		return false, fmt.Errorf("claim %s: %w", guid, err)
 	}
@@ -250,15 +250,7 @@ func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAt
 // still SENT with the holder's attempt number. recorded reports whether it
 // did.
 func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.Outcome) (recorded bool, err error) {
-	var n int64
-	err = l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
-		res, err := s.finish.ExecContext(ctx, string(o.State), o.RspCode, o.Response, guid, attempt)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	}})
+	n, err := l.execCount(ctx, func(s *writeStmts) *sql.Stmt { return s.finish }, string(o.State), o.RspCode, o.Response, guid, attempt)
 	if err != nil {
 		return false, fmt.Errorf("finish %s attempt %d: %w", guid, attempt, err)
 	}
@@ -270,15 +262,7 @@ func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.
 // selected: a row changed meanwhile is left alone. recorded reports whether
 // the row was changed.
 func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outcome) (recorded bool, err error) {
-	var n int64
-	err = l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
-		res, err := s.settle.ExecContext(ctx, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	}})
+	n, err := l.execCount(ctx, func(s *writeStmts) *sql.Stmt { return s.settle }, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt)
 	if err != nil {
 		return false, fmt.Errorf("settle %s: %w", selected.GUID, err)
 	}
@@ -289,15 +273,7 @@ func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outco
 // UNKNOWN/E901, so that resolve settles them by inquiry. It returns how many
 // rows it moved.
 func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, error) {
-	var n int64
-	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
-		res, err := s.sweep.ExecContext(ctx, secondsAgo(after))
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	}})
+	n, err := l.execCount(ctx, func(s *writeStmts) *sql.Stmt { return s.sweep }, secondsAgo(after))
 	if err != nil {
 		return 0, fmt.Errorf("sweep orphans: %w", err)
 	}
@@ -308,15 +284,7 @@ func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, 
 // returns how many it deleted. Callers repeat it until it returns 0; each
 // batch is its own short transaction so that other writers never wait long.
 func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error) {
-	var n int64
-	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
-		res, err := s.purge.ExecContext(ctx, fmt.Sprintf("-%d days", days), limit)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	}})
+	n, err := l.execCount(ctx, func(s *writeStmts) *sql.Stmt { return s.purge }, fmt.Sprintf("-%d days", days), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge: %w", err)
 	}

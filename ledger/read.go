@@ -1,0 +1,99 @@
+package ledger
+
+import (
+	"fmt"
+	"time"
+
+	"dedup"
+)
+
+// The read side that both backends share: the row columns they select are
+// the same (guid, tx_code, state, rsp_code, request, response, attempts,
+// updated_at as text, the age in whole seconds as the database computes
+// it), and so is turning them into Rows and StateStats. A backend passes
+// its driver's rows and its error translator (TranslateError).
+
+// Scanner is one row of a query: database/sql's *Row and *Rows and pgx's
+// Row and Rows all are.
+type Scanner interface {
+	Scan(dest ...any) error
+}
+
+// Cursor is the rows of a query: database/sql's *Rows and pgx's Rows.
+type Cursor interface {
+	Scanner
+	Next() bool
+	Err() error
+}
+
+// TranslateError is a backend's own reading of its driver's errors (a full
+// disk, a damaged file, a lock or statement timeout), kept wrapped with %w.
+type TranslateError func(error) error
+
+// ScanRow reads one row of the row columns.
+func ScanRow(s Scanner) (*Row, error) {
+	var r Row
+	var txCode, rsp *string
+	var state string
+	var age *int64
+	if err := s.Scan(&r.GUID, &txCode, &state, &rsp, &r.Request, &r.Response, &r.Attempts, &r.UpdatedAt, &age); err != nil {
+		return nil, err
+	}
+	if txCode != nil {
+		r.TxCode = *txCode
+	}
+	if rsp != nil {
+		r.RspCode = *rsp
+	}
+	r.State = dedup.State(state)
+	if age != nil {
+		r.Age = time.Duration(max(*age, 0)) * time.Second
+	}
+	return &r, nil
+}
+
+// CollectRows reads a whole selection (a job reads its candidates fully
+// before its first core call). what names the selection in errors.
+func CollectRows(rows Cursor, what string, translate TranslateError) ([]Row, error) {
+	var out []Row
+	for rows.Next() {
+		r, err := ScanRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("select %s: %w", what, err)
+		}
+		out = append(out, *r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("select %s: %w", what, translate(err))
+	}
+	return out, nil
+}
+
+// CollectStats reads the per-state counts (state, rows, the oldest row's
+// age in seconds) and returns one StateStat per state, zero where none.
+func CollectStats(rows Cursor, translate TranslateError) ([]StateStat, error) {
+	got := map[dedup.State]StateStat{}
+	for rows.Next() {
+		var st string
+		var s StateStat
+		var oldest int64
+		if err := rows.Scan(&st, &s.Rows, &oldest); err != nil {
+			return nil, fmt.Errorf("stats: %w", err)
+		}
+		s.State, s.Oldest = dedup.State(st), time.Duration(max(oldest, 0))*time.Second
+		got[s.State] = s
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("stats: %w", translate(err))
+	}
+	return AllStates(got), nil
+}
+
+// Count reads a count(*) query's one row; what names it in errors.
+func Count(row Scanner, what string, translate TranslateError) (int64, error) {
+	var n int64
+	if err := row.Scan(&n); err != nil {
+		return 0, fmt.Errorf("count %s: %w", what, translate(err))
+	}
+	return n, nil
+}
