@@ -72,4 +72,3 @@ func (c *leaseConn) refusedUnwritten() bool {
 	defer c.mu.Unlock()
 	return c.refused && c.written == 0
 }
-
