@@ -23,7 +23,7 @@ import _ "embed"
 //go:embed schema.sql
 var Schema string
 
-// State is the state of a ledger row (spec: domain.md "The five states").
+// State is the state of a ledger row (docs/rules.md "The five states").
 type State string
 
 // The five ledger states.
@@ -42,7 +42,7 @@ const (
 	StateFailed State = "FAILED"
 )
 
-// Response codes (spec: lhstd.md "Response codes").
+// Response codes (docs/telegram.md "Response codes").
 const (
 	CodeOK         = "0000" // applied by the core
 	CodeCoreFailed = "E500" // the core answered HTTP 500: its own definite failure

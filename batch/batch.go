@@ -1,7 +1,7 @@
 // Package batch implements the jobs operators run from cron and runbooks:
 // resolve (settle UNKNOWN rows by inquiry), reprocess (resend what surely
-// never reached the core) and purge (forget old DONE rows). See spec cli.md
-// and ledger.md.
+// never reached the core) and purge (forget old DONE rows). See docs/cli.md
+// and docs/ledger.md.
 package batch
 
 import (
@@ -91,7 +91,7 @@ func Resolve(ctx context.Context, l ledger.Ledger, core *coreapi.Client, minAge 
 	return sum, nil
 }
 
-// ReprocessSummary counts one reprocess run (cli.md defines every count).
+// ReprocessSummary counts one reprocess run (docs/cli.md defines every count).
 type ReprocessSummary struct {
 	Candidates, Sent, Done, Unknown, Failed, Skipped, Exhausted int
 	DryRun                                                      bool

@@ -139,7 +139,7 @@ type CoreCheck struct {
 	GUIDs         int      // GUIDs checked
 	Applied       int      // applied at least once
 	AppliedTwice  int      // applied more than once: double debits
-	ReceivedTwice int      // POSTed more than once (may be legitimate, see core-api.md)
+	ReceivedTwice int      // POSTed more than once (may be legitimate, see docs/core-api.md)
 	Doubles       []string // the GUIDs applied more than once
 }
 

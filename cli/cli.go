@@ -1,5 +1,5 @@
 // Package cli holds what the binaries share on the command line: flag types
-// that accept exactly the numbers cli.md allows, parsing with exit status 2
+// that accept exactly the numbers docs/cli.md allows, parsing with exit status 2
 // on a usage error, the logger, and the version.
 package cli
 
@@ -78,7 +78,7 @@ func usageMessage(err error) string {
 	return msg
 }
 
-// Exit statuses (cli.md).
+// Exit statuses (docs/cli.md).
 const (
 	ExitOK      = 0
 	ExitRuntime = 1

@@ -1,5 +1,5 @@
-// Package coreapi is the client of the core banking system's HTTP API (spec:
-// core-api.md), shared by the relay, reprocess and resolve.
+// Package coreapi is the client of the core banking system's HTTP API
+// (docs/core-api.md), shared by the relay, reprocess and resolve.
 //
 // The core is not idempotent, so the client makes exactly one POST per call:
 // no retry layer, no redirects followed, no idempotency headers (which would
@@ -59,7 +59,7 @@ type Applied struct {
 	ProcessedAt string `json:"processed_at"`
 }
 
-// Result is the relay's reading of one transfer call (core-api.md, the
+// Result is the relay's reading of one transfer call (docs/core-api.md, the
 // complete mapping).
 type Result struct {
 	State  dedup.State // DONE, UNKNOWN or FAILED

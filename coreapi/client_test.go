@@ -81,7 +81,7 @@ func TestTransferAgainstFixture(t *testing.T) {
 	}
 }
 
-// TestTransferAnswerMapping covers every row of core-api.md's mapping that
+// TestTransferAnswerMapping covers every row of docs/core-api.md's mapping that
 // the fixture cannot produce.
 func TestTransferAnswerMapping(t *testing.T) {
 	for _, tc := range []struct {

@@ -18,7 +18,7 @@ var errDeadline = os.ErrDeadlineExceeded
 // the request's bytes. A holder frozen anywhere between its claim and this
 // write (a paused VM, SIGSTOP, a long stall) finds its lease over when it
 // resumes and writes nothing, because by then the sweep, resolve and
-// reprocess may have sent the transfer again (domain.md, operating
+// reprocess may have sent the transfer again (docs/rules.md, operating
 // assumptions).
 //
 // The check is made twice: explicitly, on the monotonic clock, just before

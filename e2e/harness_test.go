@@ -1,6 +1,6 @@
 // Package e2e runs the real binaries (relay, fixturecore, resolve,
 // reprocess, purge, channel) as processes on loopback with temporary
-// ledgers, and checks the money-safety rules of domain.md from the outside.
+// ledgers, and checks the money-safety rules of docs/rules.md from the outside.
 package e2e
 
 import (

@@ -69,7 +69,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// operations.md: each metric moves as the spec says.
+// docs/operations.md: each metric moves as documented.
 func TestMetricsMoveAsTheSpecSays(t *testing.T) {
 	t.Parallel()
 	c := startCore(t, "--slow", "3")

@@ -80,7 +80,7 @@ func TestStartUpCheckOpensAConnectionAndSendsNothing(t *testing.T) {
 }
 
 // An outage burns no attempts, and the core's return is used at once
-// (cli.md in docs/cli.md): while fewer than 3 sends have obtained no
+// (docs/cli.md in docs/cli.md): while fewer than 3 sends have obtained no
 // connection a retransmission of a FAILED/E902 row is reclaimed as the
 // lab's relay does; once the core counts as down, retransmissions however
 // many and however spread leave the row as it is; the first ones after the

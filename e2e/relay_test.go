@@ -619,7 +619,7 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// Rule 1 and cli.md: when the ledger is locked by another writer past the
+// Rule 1 and docs/cli.md: when the ledger is locked by another writer past the
 // busy timeout, a new GUID cannot be claimed, so it is not sent: E902, no
 // row, and the core never hears of it.
 func TestLedgerLockedAtClaimAnswersE902AndSendsNothing(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package fakecore is the fixture core of core-api.md: a small, deliberately
+// Package fakecore is the fixture core of docs/core-api.md: a small, deliberately
 // non-idempotent core banking system for tests, smoke runs, benchmarks and
 // demos. Every POST it accepts is applied, even one whose GUID it has seen:
 // a second POST debits again. /_stats tells whether that ever happened.

@@ -1,4 +1,4 @@
-// Command fixturecore is the fixture core of core-api.md: a non-idempotent
+// Command fixturecore is the fixture core of docs/core-api.md: a non-idempotent
 // core banking system for tests, smoke runs, benchmarks and demos.
 package main
 

@@ -2,7 +2,7 @@
 // from channels, decides from the ledger whether a GUID may reach the core,
 // calls the core at most once per claim, records the outcome, and replies.
 //
-// The rules it enforces are domain.md's: write before you send, claim
+// The rules it enforces are docs/rules.md's: write before you send, claim
 // atomically, FAILED only when surely not sent, UNKNOWN never resent, record
 // then reply, and a channel that hangs up never cancels a transaction.
 package hub
@@ -89,7 +89,7 @@ func (s *Server) ProcessFrom(peer Peer, t []byte) []byte {
 	}
 	tx := &txn{peer: peer, req: req, start: start, from: "none", logLevel: slog.LevelInfo}
 	// A background context: neither a hang-up nor a shutdown may cut a
-	// transaction short (domain.md rule 9); the core call is bounded by the
+	// transaction short (docs/rules.md rule 9); the core call is bounded by the
 	// client's timeouts and ledger writes by the busy timeout.
 	reply := s.handle(context.Background(), tx)
 	s.logTx(tx, reply)
@@ -320,7 +320,7 @@ func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte, 
 		tx.to = string(res.State)
 		return reply
 	}
-	// Record, then reply (domain.md rule 10): the outcome is not in the
+	// Record, then reply (docs/rules.md rule 10): the outcome is not in the
 	// ledger, so the row will be settled by inquiry. Tell the channel the
 	// truth where it is known (applied) and "unknown" otherwise: a channel
 	// told "rejected" must never see the transfer applied later.

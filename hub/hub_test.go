@@ -59,7 +59,7 @@ func okBody(t *testing.T) []byte {
 }
 
 // Rows written by other tools: the relay must read them by the rules of
-// domain.md even where this relay would never write them.
+// docs/rules.md even where this relay would never write them.
 func TestRowsWrittenByOtherTools(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

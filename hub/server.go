@@ -20,7 +20,7 @@ import (
 	"dedup/metrics"
 )
 
-// Defaults of the wire protocol (lhstd.md, cli.md).
+// Defaults of the wire protocol (docs/telegram.md, docs/cli.md).
 const (
 	// FrameTimeout bounds the arrival of a whole frame once its first byte
 	// has arrived.

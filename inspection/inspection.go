@@ -1,5 +1,5 @@
 // Package inspection turns ledger rows into what a person reads in a
-// runbook (the inspect binary, operations.md): a GUID's story with its
+// runbook (the inspect binary, docs/operations.md): a GUID's story with its
 // request and reply decoded, accounts masked to their last 4 digits and the
 // memo never shown.
 package inspection

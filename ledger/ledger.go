@@ -1,6 +1,6 @@
 // Package ledger is the contract of the relay's durable state ledger: one row
-// per GUID recording what the relay knows about that transaction (spec:
-// ledger.md). It holds the types every backend shares and the Ledger
+// per GUID recording what the relay knows about that transaction
+// (docs/ledger.md). It holds the types every backend shares and the Ledger
 // interface that the relay and the batch jobs use.
 //
 // Two backends implement it, each in its own package: ledger/sqlite (one
@@ -9,7 +9,7 @@
 // the --db value, and ledger/ledgertest is the conformance suite that every
 // backend's tests run, so the rules are proven once for both.
 //
-// Every write is one of ledger.md's statements and is atomic on its own, so
+// Every write is one of docs/ledger.md's statements and is atomic on its own, so
 // several processes (relays, batch jobs) may share one ledger.
 package ledger
 

@@ -1,6 +1,6 @@
 // Package lhstd implements the standard telegram (전문) that channels and the
 // relay exchange over TCP: framing, the 64-byte header, the TRF00001 transfer
-// body, and Reply. See spec lhstd.md; its test vectors are normative.
+// body, and Reply. See docs/telegram.md; its test vectors are normative.
 package lhstd
 
 import (

@@ -11,7 +11,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 )
 
-// The spec's test vectors (lhstd.md), as bytes on the wire.
+// The telegram's test vectors (docs/telegram.md), as bytes on the wire.
 const (
 	vectorRequest = "0000012720261129MOB000000000000000000001TRF00001S    MOB20261129093000  1102003000400111020030004002000000000150000rent november       "
 	vectorOK      = "0000010920261129MOB000000000000000000001TRF00001R0000MOB20261129093000  C00000000000004200000009985000020261129093001"

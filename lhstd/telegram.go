@@ -10,7 +10,7 @@ import (
 	"golang.org/x/text/encoding/korean"
 )
 
-// Header field offsets (spec lhstd.md "Header").
+// Header field offsets (docs/telegram.md "Header").
 const (
 	offGUID    = 0
 	offTxCode  = 32
@@ -97,7 +97,7 @@ func malformed(format string, args ...any) error {
 	return &MalformedError{Reason: fmt.Sprintf(format, args...)}
 }
 
-// ParseRequest validates request telegram t (spec lhstd.md "Validation").
+// ParseRequest validates request telegram t (docs/telegram.md "Validation").
 // It returns an error wrapping ErrShort if t cannot be answered at all, and a
 // *MalformedError if it must be answered E900.
 func ParseRequest(t []byte) (*Request, error) {

@@ -1,5 +1,5 @@
 // Package metrics is the relay's Prometheus instrumentation and its
-// operator endpoint (spec: operations.md): /metrics, /healthz and /readyz.
+// operator endpoint (docs/operations.md): /metrics, /healthz and /readyz.
 // The names are a contract: dashboards and the alert rules in
 // deploy/prometheus are written against them.
 //

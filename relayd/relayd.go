@@ -44,7 +44,7 @@ type Flags struct {
 }
 
 // Validate checks everything that can be checked before anything is
-// touched (cli.md): the timeouts, the orphan bound, --db, --core and
+// touched (docs/cli.md): the timeouts, the orphan bound, --db, --core and
 // --listen. Kong calls it while parsing, so a bad flag exits 2 without
 // creating a ledger file.
 func (f *Flags) Validate() error {

@@ -1,5 +1,5 @@
 // Package ledgertest is the ledger conformance suite: every rule of
-// ledger.md that a backend must keep, written once and run by each
+// docs/ledger.md that a backend must keep, written once and run by each
 // backend's tests (Exercise), so that SQLite and PostgreSQL are proven by
 // the same cases.
 package ledgertest

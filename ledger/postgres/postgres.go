@@ -1,4 +1,4 @@
-// Package postgres is the PostgreSQL backend of the ledger (spec: ledger.md
+// Package postgres is the PostgreSQL backend of the ledger (docs/ledger.md
 // "PostgreSQL"): one database that relays on several hosts share, so that
 // losing a host loses nothing and no GUID is sent by two relays.
 //
@@ -33,7 +33,7 @@ import (
 	"dedup/ledger"
 )
 
-// Schema is ledger.md's PostgreSQL DDL: the same table in the same column
+// Schema is docs/ledger.md's PostgreSQL DDL: the same table in the same column
 // order as schema.sql, so that positional inserts by other tools work on
 // both backends. Applied on every open; every statement is idempotent.
 const Schema = `CREATE TABLE IF NOT EXISTS tx (
@@ -70,7 +70,7 @@ const DefaultConns = 16
 // database is unreachable a claim fails within it and the relay answers E902.
 const ConnectTimeout = 2 * time.Second
 
-// The statements of ledger.md in PostgreSQL's dialect.
+// The statements of docs/ledger.md in PostgreSQL's dialect.
 const (
 	rowColumns = `guid, tx_code, state, rsp_code, request, response, attempts,
 to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'),

@@ -1,4 +1,4 @@
-// Package sqlite is the SQLite backend of the ledger (spec: ledger.md): one
+// Package sqlite is the SQLite backend of the ledger (docs/ledger.md): one
 // file on the relay's host, in WAL mode, the embedded default.
 //
 // Every write goes through one write connection, and whatever writes are
@@ -9,7 +9,7 @@
 // uncommitted claim. Reads go through a separate pool of query-only
 // connections and never wait for the writes.
 //
-// Every statement is the exact SQL of ledger.md; each is atomic on its own,
+// Every statement is the exact SQL of docs/ledger.md; each is atomic on its own,
 // so several processes may share one ledger file.
 package sqlite
 
@@ -76,7 +76,7 @@ func CheckPath(path string) error {
 	}
 	if strings.ContainsAny(path, "?#") || strings.HasPrefix(path, "file:") || path == ":memory:" {
 		// The driver would read these as URI syntax or an in-memory
-		// database; the ledger must be a plain file on disk (domain.md rule 8).
+		// database; the ledger must be a plain file on disk (docs/rules.md rule 8).
 		return errors.New("path must be a plain file name (no '?', '#', 'file:' or ':memory:')")
 	}
 	return nil

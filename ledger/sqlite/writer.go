@@ -11,7 +11,7 @@ import (
 	"dedup/ledger"
 )
 
-// The exact statements of ledger.md "Transitions".
+// The exact statements of docs/ledger.md "Transitions".
 const (
 	sqlClaim = `INSERT INTO tx(guid,tx_code,state,rsp_code,request,response,attempts,updated_at)
 VALUES(?,?,'SENT',NULL,?,NULL,1,datetime('now')) ON CONFLICT(guid) DO NOTHING`
@@ -25,7 +25,7 @@ WHERE guid=? AND state='SENT' AND attempts=?`
 WHERE guid=? AND state='UNKNOWN' AND attempts=? AND updated_at=?`
 	sqlSweep = `UPDATE tx SET state='UNKNOWN', rsp_code='E901', response=NULL, updated_at=datetime('now')
 WHERE state IN ('SENT','RECEIVED') AND updated_at < datetime('now', ?)`
-	// By guid, not rowid: the table may be WITHOUT ROWID (ledger.md).
+	// By guid, not rowid: the table may be WITHOUT ROWID (docs/ledger.md).
 	sqlPurge = `DELETE FROM tx WHERE guid IN
 (SELECT guid FROM tx WHERE state='DONE' AND updated_at <= datetime('now', ?) LIMIT ?)`
 )
@@ -214,7 +214,7 @@ func (l *Ledger) execCount(ctx context.Context, stmt func(*writeStmts) *sql.Stmt
 	return n, err
 }
 
-// Claim claims a new GUID for a send to the core (ledger.md: none → SENT):
+// Claim claims a new GUID for a send to the core (docs/ledger.md: none → SENT):
 // it inserts a SENT row with attempts 1 unless the GUID already has a row.
 // claimed reports whether this caller owns the GUID; the claim is committed
 // before Claim returns.
@@ -226,7 +226,7 @@ func (l *Ledger) Claim(ctx context.Context, guid, txCode string, request []byte)
 	return n == 1, nil
 }
 
-// Reclaim takes a FAILED/E902 row back to SENT with attempts + 1 (ledger.md:
+// Reclaim takes a FAILED/E902 row back to SENT with attempts + 1 (docs/ledger.md:
 // FAILED → SENT). request is stored only if the row has none; maxAttempts > 0
 // admits only rows with fewer attempts (reprocess). claimed reports whether
 // this caller owns the row, attempt is its new attempt number.
@@ -245,7 +245,7 @@ func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAt
 	return attempt, attempt > 0, nil
 }
 
-// Finish records the outcome of the holder's claim (ledger.md: SENT → DONE,
+// Finish records the outcome of the holder's claim (docs/ledger.md: SENT → DONE,
 // UNKNOWN or FAILED), fenced on attempt: it changes the row only if it is
 // still SENT with the holder's attempt number. recorded reports whether it
 // did.
@@ -257,7 +257,7 @@ func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.
 	return n == 1, nil
 }
 
-// Settle records resolve's verdict on an UNKNOWN row (ledger.md: UNKNOWN →
+// Settle records resolve's verdict on an UNKNOWN row (docs/ledger.md: UNKNOWN →
 // DONE or FAILED), fenced on the state, attempts and updated_at that were
 // selected: a row changed meanwhile is left alone. recorded reports whether
 // the row was changed.
