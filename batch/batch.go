@@ -234,11 +234,13 @@ func (s PurgeSummary) Fields() []Field {
 // enough that a relay's claim never waits long behind it.
 const PurgeBatchSize = 500
 
-// purgePause is the least pause between two purge batches. SQLite has no
-// fair lock queue: a writer waiting on the lock sleeps in steps of up to
-// 100 ms, and a purge that started its next batch at once would win the
-// lock again and again and starve the relay. Pausing at least twice as long
-// as each batch took leaves the lock free most of the time.
+// purgePause is the least pause between two purge batches. Neither backend
+// has a fair queue for its write lock (SQLite's writers poll for it, every
+// half millisecond at most in ledger/sqlite; PostgreSQL's row locks go to
+// whoever asks next), so a purge that started its next batch at once could
+// take the lock again and again while a relay's claim waits. Pausing at
+// least twice as long as each batch took leaves the lock free most of the
+// time.
 const purgePause = 10 * time.Millisecond
 
 // Purge deletes DONE rows not updated for days days, in batches. Every other

@@ -231,14 +231,9 @@ func describe(reply []byte, sentAt string, took time.Duration) string {
 	return b.String()
 }
 
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
 func load(ctx context.Context, c *loadCmd) int {
 	var progress io.Writer
-	if isTerminal(os.Stderr) {
+	if cli.IsTerminal(os.Stderr) {
 		progress = os.Stderr
 	}
 	tcfg, err := c.tlsConfig()

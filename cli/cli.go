@@ -324,3 +324,10 @@ func CheckListen(flag, addr string) error {
 	}
 	return nil
 }
+
+// IsTerminal reports whether f is a terminal (progress lines go only there:
+// under cron the logs stay one line per event).
+func IsTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -321,9 +321,9 @@ func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte, 
 		return reply
 	}
 	// Record, then reply (docs/rules.md rule 10): the outcome is not in the
-	// ledger, so the row will be settled by inquiry. Tell the channel the
-	// truth where it is known (applied) and "unknown" otherwise: a channel
-	// told "rejected" must never see the transfer applied later.
+	// ledger. Tell the channel the truth where it is known and "unknown"
+	// otherwise: a channel told "rejected" must never see the transfer
+	// applied later, when the row is settled by inquiry.
 	if err != nil {
 		s.ledgerTrouble(err)
 		tx.fail(slog.LevelError, "outcome "+res.Code+" not recorded: "+err.Error())
@@ -334,8 +334,9 @@ func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte, 
 		return reply
 	}
 	if res.LeaseExpired {
-		// Nothing left this process: "not delivered by this send" is the
-		// truth, whoever holds the row now.
+		// Known too: no byte of this request left the process, so "not
+		// delivered by this send" (E902) is the truth, whoever holds the
+		// row now; the channel's retransmission gets the row's answer.
 		return reply
 	}
 	return tx.replyNew(dedup.CodeUnknown)

@@ -83,12 +83,17 @@ func run(f *flags) int {
 		fmt.Fprintf(os.Stderr, "inspect: error: ledger %s: %v\n", backend.Describe(f.DB), err)
 		return cli.ExitRuntime
 	}
-	write := func(rows []inspection.Row) {
+	// write prints rows; an output that cannot be written (a closed pipe,
+	// a full disk) is a runtime error, never a silent half answer.
+	write := func(rows []inspection.Row) error {
 		if f.Format == "json" {
-			inspection.WriteJSON(os.Stdout, rows)
-		} else {
-			inspection.WriteText(os.Stdout, rows)
+			return inspection.WriteJSON(os.Stdout, rows)
 		}
+		return inspection.WriteText(os.Stdout, rows)
+	}
+	failWrite := func(err error) int {
+		fmt.Fprintf(os.Stderr, "inspect: error: writing the output: %v\n", err)
+		return cli.ExitRuntime
 	}
 	switch {
 	case f.Summary:
@@ -97,10 +102,14 @@ func run(f *flags) int {
 			return fail(err)
 		}
 		sums := inspection.Summaries(stats)
+		var werr error
 		if f.Format == "json" {
-			inspection.WriteSummaryJSON(os.Stdout, sums)
+			werr = inspection.WriteSummaryJSON(os.Stdout, sums)
 		} else {
-			inspection.WriteSummaryText(os.Stdout, sums)
+			werr = inspection.WriteSummaryText(os.Stdout, sums)
+		}
+		if werr != nil {
+			return failWrite(werr)
 		}
 	case f.State != "":
 		st, _ := inspection.ParseState(f.State)
@@ -112,7 +121,9 @@ func run(f *flags) int {
 		for _, r := range rows {
 			out = append(out, inspection.Decode(r))
 		}
-		write(out)
+		if err := write(out); err != nil {
+			return failWrite(err)
+		}
 		if f.Format == "text" {
 			age := ""
 			if f.OlderThan > 0 {
@@ -135,7 +146,9 @@ func run(f *flags) int {
 			}
 			out = append(out, inspection.Decode(*r))
 		}
-		write(out)
+		if err := write(out); err != nil {
+			return failWrite(err)
+		}
 		return status
 	}
 	return cli.ExitOK

@@ -5,6 +5,7 @@
 package inspection
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -96,40 +97,42 @@ func meaning(r ledger.Row) string {
 // WriteText writes rows as blocks for a person. Every byte of a row that
 // is a control character or outside printable ASCII is shown as \xNN: a
 // row written by another tool must not move the terminal's cursor or fake
-// a line.
-func WriteText(w io.Writer, rows []Row) {
+// a line. It returns the first write error.
+func WriteText(w io.Writer, rows []Row) error {
+	bw := bufio.NewWriter(w)
 	for i, r := range rows {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "guid        %s\n", esc(r.GUID))
+		fmt.Fprintf(bw, "guid        %s\n", esc(r.GUID))
 		code := esc(r.RspCode)
 		if code == "" {
 			code = "-"
 		}
-		fmt.Fprintf(w, "state       %s %s (%s)\n", esc(r.State), code, r.Meaning)
+		fmt.Fprintf(bw, "state       %s %s (%s)\n", esc(r.State), code, r.Meaning)
 		// The ledger counts claims, not POSTs: a claim whose send obtained
 		// no connection (E902) reached nothing. Say so, so that an
 		// investigator does not read "6" as six calls to the core.
-		fmt.Fprintf(w, "attempts    %d (claims and reclaims for a send; not every one reached the core: see the relay's and reprocess's tx lines)\n", r.Attempts)
-		fmt.Fprintf(w, "updated_at  %s UTC (%s ago)\n", esc(r.UpdatedAt), time.Duration(r.AgeSeconds)*time.Second)
+		fmt.Fprintf(bw, "attempts    %d (claims and reclaims for a send; not every one reached the core: see the relay's and reprocess's tx lines)\n", r.Attempts)
+		fmt.Fprintf(bw, "updated_at  %s UTC (%s ago)\n", esc(r.UpdatedAt), time.Duration(r.AgeSeconds)*time.Second)
 		switch {
 		case r.Request == nil:
-			fmt.Fprintln(w, "request     (none stored)")
+			fmt.Fprintln(bw, "request     (none stored)")
 		case r.Request.Problem != "":
-			fmt.Fprintf(w, "request     tx_code=%s channel=%s sent_at=%s (%s)\n", esc(r.Request.TxCode), esc(r.Request.Channel), esc(r.Request.SentAt), r.Request.Problem)
+			fmt.Fprintf(bw, "request     tx_code=%s channel=%s sent_at=%s (%s)\n", esc(r.Request.TxCode), esc(r.Request.Channel), esc(r.Request.SentAt), r.Request.Problem)
 		default:
-			fmt.Fprintf(w, "request     tx_code=%s channel=%s sent_at=%s from=%s to=%s amount=%d\n",
+			fmt.Fprintf(bw, "request     tx_code=%s channel=%s sent_at=%s from=%s to=%s amount=%d\n",
 				esc(r.Request.TxCode), esc(r.Request.Channel), esc(r.Request.SentAt), r.Request.From, r.Request.To, r.Request.Amount)
 		}
 		if r.Reply != nil {
 			if r.Reply.Ref != "" {
-				fmt.Fprintf(w, "reply       %s ref=%s balance=%d processed_at=%s\n", esc(r.Reply.Code), esc(r.Reply.Ref), *r.Reply.Balance, esc(r.Reply.ProcessedAt))
+				fmt.Fprintf(bw, "reply       %s ref=%s balance=%d processed_at=%s\n", esc(r.Reply.Code), esc(r.Reply.Ref), *r.Reply.Balance, esc(r.Reply.ProcessedAt))
 			} else {
-				fmt.Fprintf(w, "reply       %s\n", esc(r.Reply.Code))
+				fmt.Fprintf(bw, "reply       %s\n", esc(r.Reply.Code))
 			}
 		}
 	}
+	return bw.Flush()
 }
 
 // esc shows s's control characters and bytes outside printable ASCII as
@@ -173,16 +176,19 @@ func Summaries(stats []ledger.StateStat) []Summary {
 	return out
 }
 
-// WriteSummaryText writes the per-state summary as a table.
-func WriteSummaryText(w io.Writer, sums []Summary) {
-	fmt.Fprintf(w, "%-9s %10s  %s\n", "state", "rows", "oldest")
+// WriteSummaryText writes the per-state summary as a table and returns the
+// first write error.
+func WriteSummaryText(w io.Writer, sums []Summary) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "%-9s %10s  %s\n", "state", "rows", "oldest")
 	for _, s := range sums {
 		oldest := "-"
 		if s.Rows > 0 {
 			oldest = (time.Duration(s.OldestAgeSeconds) * time.Second).String()
 		}
-		fmt.Fprintf(w, "%-9s %10d  %s\n", s.State, s.Rows, oldest)
+		fmt.Fprintf(bw, "%-9s %10d  %s\n", s.State, s.Rows, oldest)
 	}
+	return bw.Flush()
 }
 
 // WriteSummaryJSON writes one JSON object per state, one per line.

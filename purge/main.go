@@ -31,7 +31,7 @@ func main() {
 	}
 	// Progress on a terminal only: cron's logs stay one line per event.
 	var progress func(deleted, total int64)
-	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+	if cli.IsTerminal(os.Stderr) {
 		progress = func(deleted, total int64) {
 			fmt.Fprintf(os.Stderr, "\rpurge: deleted %d of %d", deleted, total)
 		}

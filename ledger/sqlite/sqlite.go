@@ -254,18 +254,11 @@ func isBusy(err error) bool {
 	return errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked)
 }
 
-// IsFull reports whether err says the ledger's file system is full.
-func IsFull(err error) bool {
-	var se sqlite3.Error
-	return errors.As(err, &se) && se.Code == sqlite3.ErrFull
-}
-
 // rowColumns reads a row plus its age in whole seconds on SQLite's clock
 // (NULL if another tool wrote an updated_at SQLite cannot read as a time).
 const rowColumns = "guid, tx_code, state, rsp_code, request, response, attempts, updated_at, " +
 	"CAST(strftime('%s','now') AS INTEGER) - CAST(strftime('%s', updated_at) AS INTEGER)"
 
-type scanner interface{ Scan(...any) error }
 
 // Get returns the row of guid, or nil if there is none. It reads through the
 // read pool and never waits for the writes.
