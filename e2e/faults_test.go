@@ -264,8 +264,9 @@ func (c *campaign) run() runResult {
 		assert.NilError(t, err)
 		t.Cleanup(pg.Remove)
 		c.pg = pg
-		c.db, err = pg.NewDatabase()
+		name, err := pg.NewDatabase()
 		assert.NilError(t, err)
+		c.db = pg.URL(name)
 	case "patroni":
 		// Each node a host of its own, so that the primary can be cut off.
 		ha, err := hatest.Start(hatest.Options{Netns: true})

@@ -252,7 +252,7 @@ func freeAddr(t *testing.T) string {
 func tempDB(t *testing.T) string {
 	t.Helper()
 	if ledgerKind == "postgres" {
-		return pgtest.NewDatabase(t)
+		return pgtest.SharedDatabase(t)
 	}
 	return filepath.Join(t.TempDir(), "relay.db")
 }
@@ -265,9 +265,9 @@ func ownPostgres(t *testing.T) (*pgtest.Cluster, string) {
 	pg, err := pgtest.Start(pgtest.Options{})
 	assert.NilError(t, err)
 	t.Cleanup(pg.Remove)
-	db, err := pg.NewDatabase()
+	name, err := pg.NewDatabase()
 	assert.NilError(t, err)
-	return pg, db
+	return pg, pg.URL(name)
 }
 
 // onPostgres reports whether the tests run against PostgreSQL.

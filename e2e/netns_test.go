@@ -129,7 +129,7 @@ func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 		TLS: &pgtest.TLS{Cert: dbCert.Cert, Key: dbCert.Key, CA: pki.ca.File}})
 	assert.NilError(t, err)
 	t.Cleanup(pg.Remove)
-	dbName, err := pg.CreateDatabase()
+	dbName, err := pg.NewDatabase()
 	assert.NilError(t, err)
 	ledgerFor := map[*netns]string{h1: pg.URLAt("10.231.1.1", dbName), h2: pg.URLAt("10.231.2.1", dbName)}
 	assert.Assert(t, strings.Contains(ledgerFor[h1], "sslmode=verify-full"), ledgerFor[h1])

@@ -420,7 +420,7 @@ func TestLedgerFilesArePrivateAndPurgeLeavesNoMemo(t *testing.T) {
 func TestNoPasswordLeavesTheProcess(t *testing.T) {
 	t.Parallel()
 	const secret = "s3cret-pw-91"
-	base := pgtest.NewDatabase(t) // postgres://postgres@127.0.0.1:PORT/DB?sslmode=disable
+	base := pgtest.SharedDatabase(t) // postgres://postgres@127.0.0.1:PORT/DB?sslmode=disable
 	withUser := strings.Replace(base, "postgres://postgres@", "postgres://postgres:"+secret+"@", 1)
 	dead := "postgres://relay:" + secret + "@127.0.0.1:1/dedup?sslmode=disable&password=" + secret
 	c := startCore(t)

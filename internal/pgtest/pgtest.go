@@ -236,8 +236,9 @@ func (c *Cluster) SocketURL(db string) string {
 	return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", db, c.Dir, c.Port)
 }
 
-// CreateDatabase creates an empty database and returns its name.
-func (c *Cluster) CreateDatabase() (string, error) {
+// NewDatabase creates an empty database and returns its name: URL,
+// URLAt and SocketURL reach it.
+func (c *Cluster) NewDatabase() (string, error) {
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), c.dbSeq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -250,15 +251,6 @@ func (c *Cluster) CreateDatabase() (string, error) {
 		return "", err
 	}
 	return name, nil
-}
-
-// NewDatabase creates an empty database and returns its TCP URL.
-func (c *Cluster) NewDatabase() (string, error) {
-	name, err := c.CreateDatabase()
-	if err != nil {
-		return "", err
-	}
-	return c.URL(name), nil
 }
 
 var shared struct {
@@ -284,15 +276,16 @@ func Shared(t testing.TB) *Cluster {
 	return shared.c
 }
 
-// NewDatabase creates an empty database in the shared cluster and returns
-// its URL.
-func NewDatabase(t testing.TB) string {
+// SharedDatabase creates an empty database in the shared cluster and
+// returns its URL.
+func SharedDatabase(t testing.TB) string {
 	t.Helper()
-	url, err := Shared(t).NewDatabase()
+	c := Shared(t)
+	name, err := c.NewDatabase()
 	if err != nil {
 		t.Fatalf("create database: %v", err)
 	}
-	return url
+	return c.URL(name)
 }
 
 // RemoveShared removes the shared cluster, if one was started.

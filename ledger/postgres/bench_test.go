@@ -30,7 +30,7 @@ func BenchmarkClaimFinish(b *testing.B) {
 	for _, mode := range []string{"plain", "batched"} {
 		for _, callers := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("%s/callers=%d", mode, callers), func(b *testing.B) {
-				db := pgtest.NewDatabase(b)
+				db := pgtest.SharedDatabase(b)
 				batch := 1 // plain: every write its own statement
 				if mode == "batched" {
 					batch = 0 // the default group commit

@@ -19,9 +19,9 @@ func ownCluster(t *testing.T) (*pgtest.Cluster, string) {
 	pg, err := pgtest.Start(pgtest.Options{})
 	assert.NilError(t, err)
 	t.Cleanup(pg.Remove)
-	db, err := pg.NewDatabase()
+	name, err := pg.NewDatabase()
 	assert.NilError(t, err)
-	return pg, db
+	return pg, pg.URL(name)
 }
 
 // waitSyncRep waits until a dedup session waits for the synchronous

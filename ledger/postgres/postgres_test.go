@@ -41,7 +41,7 @@ func connect(t *testing.T, db string) *pgx.Conn {
 // Backend is the conformance suite's view of PostgreSQL: a fresh database
 // per test in the test binary's throwaway cluster.
 var Backend = ledgertest.Backend{
-	New: func(t *testing.T) string { return pgtest.NewDatabase(t) },
+	New: func(t *testing.T) string { return pgtest.SharedDatabase(t) },
 	Open: func(db string, opts ledger.Options) (ledger.Ledger, error) {
 		return Open(db, opts)
 	},
@@ -164,7 +164,7 @@ func TestLoosePassfileIsRefused(t *testing.T) {
 // A session whose commits are not durable is refused unless the operator
 // accepts that with --synchronous normal.
 func TestNonDurableSessionIsRefused(t *testing.T) {
-	db := pgtest.NewDatabase(t)
+	db := pgtest.SharedDatabase(t)
 	for _, sc := range []string{"off", "local"} {
 		dsn := db + "&options=-c%20synchronous_commit%3D" + sc
 		_, err := Open(dsn, ledger.Options{})
@@ -177,7 +177,7 @@ func TestNonDurableSessionIsRefused(t *testing.T) {
 
 // Every session is bounded like SQLite's busy timeout.
 func TestSessionsAreBounded(t *testing.T) {
-	db := pgtest.NewDatabase(t)
+	db := pgtest.SharedDatabase(t)
 	l, err := Open(db, ledger.Options{})
 	assert.NilError(t, err)
 	defer l.Close()
@@ -197,7 +197,8 @@ func TestLedgerOutlivesADatabaseRestart(t *testing.T) {
 	c, err := pgtest.Start(pgtest.Options{})
 	assert.NilError(t, err)
 	defer c.Remove()
-	db, err := c.NewDatabase()
+	name, err := c.NewDatabase()
+	db := c.URL(name)
 	assert.NilError(t, err)
 	l, err := Open(db, ledger.Options{})
 	assert.NilError(t, err)
