@@ -19,6 +19,7 @@ import (
 
 	"dedup/certs"
 	"dedup/cli"
+	"dedup/coreapi"
 	"dedup/hub"
 	"dedup/ledger"
 	"dedup/ledger/backend"
@@ -116,20 +117,22 @@ func Main(args []string, hooks Hooks) int {
 }
 
 func run(f *Flags, log *slog.Logger, hooks Hooks) int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "relay: error: "+format+"\n", args...)
+		return cli.ExitRuntime
+	}
 	// Certificates first: a bad file is refused before the ledger is
 	// opened or anything is created.
 	var listenerCerts *certs.Set
 	if f.TLSCert != "" {
 		var err error
 		if listenerCerts, err = certs.Load(f.listenerFiles()); err != nil {
-			fmt.Fprintf(os.Stderr, "relay: error: listener TLS: %v\n", err)
-			return cli.ExitRuntime
+			return fail("listener TLS: %v", err)
 		}
 	}
 	core, coreCerts, err := f.CoreClient(0)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
-		return cli.ExitRuntime
+		return fail("%v", err)
 	}
 	cli.WarnDB(log, f.DB, f.DBInsecure)
 	var m *metrics.Relay
@@ -140,37 +143,17 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	}
 	l, err := backend.Open(f.DB, opts)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
-		return cli.ExitRuntime
+		return fail("%v", err)
 	}
 	defer l.Close()
-	var store hub.Store = l
-	if hooks.WrapStore != nil {
-		store = hooks.WrapStore(store)
+	srv, lease, err := newServer(f, log, hooks, l, core, m, listenerCerts, coreCerts)
+	if err != nil {
+		return fail("listener TLS: %v", err)
 	}
-	lease := ledger.LeaseFor(f.ConnectTimeout.D())
-	if hooks.NoLease {
-		lease = 0
-	}
-	cfg := hub.Config{Store: store, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D(),
-		Lease: lease, Metrics: m, MaxConns: int(f.MaxConns), BeforeSend: hooks.BeforeSend}
-	if listenerCerts != nil {
-		if cfg.TLS, err = listenerCerts.ServerConfig(); err != nil {
-			fmt.Fprintf(os.Stderr, "relay: error: listener TLS: %v\n", err)
-			return cli.ExitRuntime
-		}
-		cfg.ClientCerts = listenerCerts.RequiresClientCert()
-		m.CertExpiry(metrics.CertListener, listenerCerts.NotAfter())
-	}
-	if coreCerts != nil && !coreCerts.NotAfter().IsZero() {
-		m.CertExpiry(metrics.CertCoreClient, coreCerts.NotAfter())
-	}
-	srv := hub.New(cfg)
 
 	// Orphans first: a row left SENT by a crash must not answer E903 forever.
 	if err := srv.SweepOrphans(context.Background()); err != nil {
-		fmt.Fprintf(os.Stderr, "relay: error: ledger %s: %v\n", backend.Describe(f.DB), err)
-		return cli.ExitRuntime
+		return fail("ledger %s: %v", backend.Describe(f.DB), err)
 	}
 	// Say it once, at start, if the core accepts no connection: every new
 	// GUID would get E902 until it does. The check opens a connection and
@@ -181,29 +164,19 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	}
 	ln, err := net.Listen("tcp", f.Listen)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "relay: error: %v\n", err)
-		return cli.ExitRuntime
+		return fail("%v", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	metricsAddr := "off"
 	if m != nil {
-		mln, err := net.Listen("tcp", f.MetricsListen)
+		addr, closeMetrics, err := serveMetrics(f, log, m, l, srv)
 		if err != nil {
 			ln.Close()
-			fmt.Fprintf(os.Stderr, "relay: error: --metrics-listen %s: %v\n", f.MetricsListen, err)
-			return cli.ExitRuntime
+			return fail("--metrics-listen %s: %v", f.MetricsListen, err)
 		}
-		ms := metrics.NewServer(m, l, f.MetricsRefresh.D(), srv.Serving)
-		ms.SetLogger(log)
-		hs := &http.Server{Handler: ms.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		go hs.Serve(mln)
-		defer hs.Close()
-		rctx, stopRefresh := context.WithCancel(context.Background())
-		defer stopRefresh()
-		go ms.RunRefresher(rctx, func(err error) { log.Warn("ledger gauges not refreshed", "error", err) })
-		metricsAddr = mln.Addr().String()
-		cli.Listening(os.Stderr, f.LogFormat, "metrics addr="+metricsAddr)
+		defer closeMetrics()
+		metricsAddr = addr
 	}
 	srv.StartSweeper()
 	served := make(chan error, 1)
@@ -225,7 +198,60 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	case <-ctx.Done():
 	}
 	stop()
-	// A second signal exits at once.
+	return shutdown(f, log, srv, l)
+}
+
+// newServer builds the relay server over the ledger l and the core, with
+// the test hooks (none in a release binary) and the listener's TLS.
+func newServer(f *Flags, log *slog.Logger, hooks Hooks, l ledger.Ledger, core *coreapi.Client, m *metrics.Relay,
+	listenerCerts, coreCerts *certs.Set) (*hub.Server, time.Duration, error) {
+	var store hub.Store = l
+	if hooks.WrapStore != nil {
+		store = hooks.WrapStore(store)
+	}
+	lease := ledger.LeaseFor(f.ConnectTimeout.D())
+	if hooks.NoLease {
+		lease = 0
+	}
+	cfg := hub.Config{Store: store, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D(),
+		Lease: lease, Metrics: m, MaxConns: int(f.MaxConns), BeforeSend: hooks.BeforeSend}
+	if listenerCerts != nil {
+		var err error
+		if cfg.TLS, err = listenerCerts.ServerConfig(); err != nil {
+			return nil, 0, err
+		}
+		cfg.ClientCerts = listenerCerts.RequiresClientCert()
+		m.CertExpiry(metrics.CertListener, listenerCerts.NotAfter())
+	}
+	if coreCerts != nil && !coreCerts.NotAfter().IsZero() {
+		m.CertExpiry(metrics.CertCoreClient, coreCerts.NotAfter())
+	}
+	return hub.New(cfg), lease, nil
+}
+
+// serveMetrics serves /metrics, /healthz and /readyz on --metrics-listen
+// and refreshes the ledger gauges; it returns the bound address and what
+// stops both.
+func serveMetrics(f *Flags, log *slog.Logger, m *metrics.Relay, l ledger.Ledger, srv *hub.Server) (string, func(), error) {
+	mln, err := net.Listen("tcp", f.MetricsListen)
+	if err != nil {
+		return "", nil, err
+	}
+	ms := metrics.NewServer(m, l, f.MetricsRefresh.D(), srv.Serving)
+	ms.SetLogger(log)
+	hs := &http.Server{Handler: ms.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(mln)
+	rctx, stopRefresh := context.WithCancel(context.Background())
+	go ms.RunRefresher(rctx, func(err error) { log.Warn("ledger gauges not refreshed", "error", err) })
+	addr := mln.Addr().String()
+	cli.Listening(os.Stderr, f.LogFormat, "metrics addr="+addr)
+	return addr, func() { stopRefresh(); hs.Close() }, nil
+}
+
+// shutdown stops accepting, lets every transaction in flight finish and be
+// recorded (bounded), closes the ledger and returns the exit status. A
+// second signal exits at once.
+func shutdown(f *Flags, log *slog.Logger, srv *hub.Server, l ledger.Ledger) int {
 	again := make(chan os.Signal, 1)
 	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
 	go func() {

@@ -102,6 +102,59 @@ func createPrivate(path string, warn func(string, ...any)) error {
 	return nil
 }
 
+// checkFile checks the ledger's path and its directory, and creates the
+// file, private, if it does not exist yet.
+func checkFile(path string, warn func(string, ...any)) error {
+	if err := CheckPath(path); err != nil {
+		return err
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if fi, err := os.Stat(dir); err != nil {
+			return fmt.Errorf("directory: %w", err)
+		} else if !fi.IsDir() {
+			return fmt.Errorf("directory %s is not a directory", dir)
+		}
+	}
+	return createPrivate(path, warn)
+}
+
+// prepareWriteConn checks the write connection's journal mode, applies the
+// schema, refuses a damaged file, and makes the connection wait for the
+// write lock itself.
+func (l *Ledger) prepareWriteConn(ctx context.Context) error {
+	var mode string
+	if err := l.conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return translate(err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal mode is %q, not WAL (is the file system local?)", mode)
+	}
+	if _, err := l.conn.ExecContext(ctx, dedup.Schema); err != nil {
+		return fmt.Errorf("apply schema: %w", translate(err))
+	}
+	// A quick structural check, so that a damaged file is refused at start
+	// with its name rather than failing one claim at a time.
+	var ok string
+	if err := l.conn.QueryRowContext(ctx, "PRAGMA quick_check(1)").Scan(&ok); err != nil {
+		return fmt.Errorf("integrity check: %w", translate(err))
+	} else if ok != "ok" {
+		return fmt.Errorf("integrity check failed: %s (the file is damaged; restore it from a backup)", ok)
+	}
+	// Checkpoints stay SQLite's automatic ones (every 1000 WAL pages, run
+	// by the committing connection). A background checkpointer was tried
+	// and measured worse: under a steady writer it never catches up with
+	// the WAL's end, so the WAL is never restarted and grows, and every
+	// commit's fsync then also journals the file's new size (1 caller:
+	// 0.75-0.95 ms per claim+finish against 0.52 ms).
+	// From here on the write connection waits for the lock itself (see
+	// begin), still for at most BusyTimeout; statements inside a
+	// transaction that holds the lock never wait.
+	if _, err := l.conn.ExecContext(ctx, "PRAGMA busy_timeout=0"); err != nil {
+		return fmt.Errorf("busy timeout: %w", err)
+	}
+	return nil
+}
+
 func open(path string, opts ledger.Options) (*Ledger, error) {
 	synchronous := strings.ToUpper(opts.Synchronous)
 	if synchronous == "" {
@@ -110,17 +163,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	if synchronous != "FULL" && synchronous != "NORMAL" {
 		return nil, fmt.Errorf("synchronous %q: want full or normal", opts.Synchronous)
 	}
-	if err := CheckPath(path); err != nil {
-		return nil, err
-	}
-	if dir := filepath.Dir(path); dir != "" {
-		if fi, err := os.Stat(dir); err != nil {
-			return nil, fmt.Errorf("directory: %w", err)
-		} else if !fi.IsDir() {
-			return nil, fmt.Errorf("directory %s is not a directory", dir)
-		}
-	}
-	if err := createPrivate(path, opts.Warn); err != nil {
+	if err := checkFile(path, opts.Warn); err != nil {
 		return nil, err
 	}
 	// secure_delete: a purged request's bytes (accounts, memo) are
@@ -153,35 +196,8 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	if err != nil {
 		return fail(translate(err))
 	}
-	var mode string
-	if err := l.conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		return fail(translate(err))
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fail(fmt.Errorf("journal mode is %q, not WAL (is the file system local?)", mode))
-	}
-	if _, err := l.conn.ExecContext(ctx, dedup.Schema); err != nil {
-		return fail(fmt.Errorf("apply schema: %w", translate(err)))
-	}
-	// A quick structural check, so that a damaged file is refused at start
-	// with its name rather than failing one claim at a time.
-	var ok string
-	if err := l.conn.QueryRowContext(ctx, "PRAGMA quick_check(1)").Scan(&ok); err != nil {
-		return fail(fmt.Errorf("integrity check: %w", translate(err)))
-	} else if ok != "ok" {
-		return fail(fmt.Errorf("integrity check failed: %s (the file is damaged; restore it from a backup)", ok))
-	}
-	// Checkpoints stay SQLite's automatic ones (every 1000 WAL pages, run
-	// by the committing connection). A background checkpointer was tried
-	// and measured worse: under a steady writer it never catches up with
-	// the WAL's end, so the WAL is never restarted and grows, and every
-	// commit's fsync then also journals the file's new size (1 caller:
-	// 0.75-0.95 ms per claim+finish against 0.52 ms).
-	// From here on the write connection waits for the lock itself (see
-	// begin), still for at most BusyTimeout; statements inside a
-	// transaction that holds the lock never wait.
-	if _, err := l.conn.ExecContext(ctx, "PRAGMA busy_timeout=0"); err != nil {
-		return fail(fmt.Errorf("busy timeout: %w", err))
+	if err := l.prepareWriteConn(ctx); err != nil {
+		return fail(err)
 	}
 	if l.stmts, err = prepareWrites(ctx, l.conn); err != nil {
 		return fail(err)
@@ -209,7 +225,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	return l, nil
 }
 
-// describe adds what an operator should know to SQLite's terse errors.
+// translate adds what an operator should know to SQLite's terse errors.
 func translate(err error) error {
 	var se sqlite3.Error
 	if errors.As(err, &se) {
@@ -258,7 +274,6 @@ func isBusy(err error) bool {
 // (NULL if another tool wrote an updated_at SQLite cannot read as a time).
 const rowColumns = "guid, tx_code, state, rsp_code, request, response, attempts, updated_at, " +
 	"CAST(strftime('%s','now') AS INTEGER) - CAST(strftime('%s', updated_at) AS INTEGER)"
-
 
 // Get returns the row of guid, or nil if there is none. It reads through the
 // read pool and never waits for the writes.
