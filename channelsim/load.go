@@ -115,6 +115,32 @@ func (r *recent) pick(conn int, rng *rand.Rand) []byte {
 // Load drives the relay with cfg.Conns connections until the duration or
 // count is reached, then reports.
 func Load(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
+		defer cancel()
+	}
+	ld := &loader{cfg: cfg, report: &LoadReport{Conns: cfg.Conns, ByCode: map[string]int{}}, start: time.Now()}
+	ld.budget.Store(int64(cfg.Count))
+	stopProgress := make(chan struct{})
+	if cfg.Progress != nil {
+		go ld.progress(stopProgress)
+	}
+	var wg sync.WaitGroup
+	for id := 0; id < cfg.Conns; id++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ld.connection(ctx, id)
+		}()
+	}
+	wg.Wait()
+	close(stopProgress)
+	return ld.finish(), ld.firstErr
+}
+
+func (cfg LoadConfig) withDefaults() LoadConfig {
 	if cfg.Conns < 1 {
 		cfg.Conns = 1
 	}
@@ -127,143 +153,157 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 	if cfg.Channel == "" {
 		cfg.Channel = "LOD"
 	}
-	if cfg.Duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
-		defer cancel()
+	return cfg
+}
+
+// loader is one Load run: what the connections share.
+type loader struct {
+	cfg      LoadConfig
+	rec      recent
+	budget   atomic.Int64 // telegrams left to send, with Count
+	answered atomic.Int64
+	start    time.Time
+
+	mu       sync.Mutex
+	report   *LoadReport
+	lats     []time.Duration
+	firstErr error
+}
+
+// progress prints a line every second until stop.
+func (ld *loader) progress(stop <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			fmt.Fprint(ld.cfg.Progress, "\r\033[K")
+			return
+		case <-t.C:
+			n := ld.answered.Load()
+			el := time.Since(ld.start).Seconds()
+			fmt.Fprintf(ld.cfg.Progress, "\r\033[K%6.1fs  %d answered  %.0f/s", el, n, float64(n)/el)
+		}
 	}
-	var (
-		rec      recent
-		budget   atomic.Int64
-		answered atomic.Int64
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		report   = &LoadReport{Conns: cfg.Conns, ByCode: map[string]int{}}
-		lats     []time.Duration
-		firstErr error
-	)
-	budget.Store(int64(cfg.Count))
-	start := time.Now()
-	stopProgress := make(chan struct{})
-	if cfg.Progress != nil {
-		go func() {
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-stopProgress:
-					fmt.Fprint(cfg.Progress, "\r\033[K")
+}
+
+func (ld *loader) fail(err error) {
+	ld.mu.Lock()
+	if ld.firstErr == nil {
+		ld.firstErr = err
+	}
+	ld.mu.Unlock()
+}
+
+// connStats is what one connection counted, merged into the report at
+// its end.
+type connStats struct {
+	lats             []time.Duration
+	codes            map[string]int
+	guids            []string
+	nNew, nDup, nErr int
+}
+
+// connection is one channel connection's loop: fresh GUIDs, and
+// retransmissions of other connections' recent GUIDs at DupRatio.
+func (ld *loader) connection(ctx context.Context, id int) {
+	cfg := ld.cfg
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(id)))
+	st := connStats{codes: map[string]int{}}
+	var conn *Conn
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+		ld.merge(st)
+	}()
+	for ctx.Err() == nil {
+		if cfg.Count > 0 && ld.budget.Add(-1) < 0 {
+			return
+		}
+		t, dup, err := ld.next(id, rng, len(st.guids))
+		if err != nil {
+			ld.fail(err)
+			return
+		}
+		if !dup {
+			h, _ := lhstd.ParseHeader(t)
+			st.guids = append(st.guids, h.GUID)
+		}
+		if conn == nil {
+			c, err := DialTLS(cfg.Relay, cfg.Timeout, cfg.TLS)
+			if err != nil {
+				st.nErr++
+				if st.nErr > 100 {
+					ld.fail(fmt.Errorf("connection %d: %w", id, err))
 					return
-				case <-t.C:
-					n := answered.Load()
-					fmt.Fprintf(cfg.Progress, "\r\033[K%6.1fs  %d answered  %.0f/s", time.Since(start).Seconds(), n, float64(n)/time.Since(start).Seconds())
 				}
+				time.Sleep(10 * time.Millisecond)
+				continue
 			}
-		}()
+			conn = c
+		}
+		sent := time.Now()
+		reply, err := conn.RoundTrip(t)
+		if err != nil {
+			st.nErr++
+			conn.Close()
+			conn = nil
+			continue
+		}
+		st.lats = append(st.lats, time.Since(sent))
+		ld.answered.Add(1)
+		st.codes[lhstd.ReplyCode(reply)]++
+		if dup {
+			st.nDup++
+		} else {
+			st.nNew++
+			ld.rec.add(id, t)
+		}
 	}
-	for id := 0; id < cfg.Conns; id++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(id)))
-			var (
-				myLats []time.Duration
-				codes  = map[string]int{}
-				guids  []string
-				nNew   int
-				nDup   int
-				nErr   int
-				conn   *Conn
-			)
-			defer func() {
-				if conn != nil {
-					conn.Close()
-				}
-				mu.Lock()
-				lats = append(lats, myLats...)
-				for c, n := range codes {
-					report.ByCode[c] += n
-				}
-				report.GUIDs = append(report.GUIDs, guids...)
-				report.New += nNew
-				report.Dups += nDup
-				report.Errors += nErr
-				mu.Unlock()
-			}()
-			for ctx.Err() == nil {
-				if cfg.Count > 0 && budget.Add(-1) < 0 {
-					return
-				}
-				var t []byte
-				dup := false
-				if cfg.DupRatio > 0 && rng.Float64() < cfg.DupRatio {
-					t = rec.pick(id, rng)
-					dup = t != nil
-				}
-				if t == nil {
-					g := NewGUID(cfg.Channel)
-					var err error
-					// Alternate the direction, so that the two accounts'
-					// balances swing around their opening amounts and never
-					// run dry, however long the load runs.
-					from, to := cfg.From, cfg.To
-					if len(guids)%2 == 1 {
-						from, to = to, from
-					}
-					t, err = lhstd.NewTransferRequest(g, cfg.Channel, Now(), lhstd.Transfer{From: from, To: to, Amount: cfg.Amount, Memo: cfg.Memo})
-					if err != nil {
-						mu.Lock()
-						firstErr = err
-						mu.Unlock()
-						return
-					}
-					guids = append(guids, g)
-				}
-				if conn == nil {
-					c, err := DialTLS(cfg.Relay, cfg.Timeout, cfg.TLS)
-					if err != nil {
-						nErr++
-						if nErr > 100 {
-							mu.Lock()
-							if firstErr == nil {
-								firstErr = fmt.Errorf("connection %d: %w", id, err)
-							}
-							mu.Unlock()
-							return
-						}
-						time.Sleep(10 * time.Millisecond)
-						continue
-					}
-					conn = c
-				}
-				sent := time.Now()
-				reply, err := conn.RoundTrip(t)
-				if err != nil {
-					nErr++
-					conn.Close()
-					conn = nil
-					continue
-				}
-				myLats = append(myLats, time.Since(sent))
-				answered.Add(1)
-				codes[lhstd.ReplyCode(reply)]++
-				if dup {
-					nDup++
-				} else {
-					nNew++
-					rec.add(id, t)
-				}
-			}
-		}()
+}
+
+// next is the next telegram to send: a retransmission of a recent GUID of
+// another connection (dup), or a fresh transfer, the direction alternating
+// so that the two accounts' balances swing around their opening amounts
+// and never run dry, however long the load runs.
+func (ld *loader) next(id int, rng *rand.Rand, sentFresh int) (t []byte, dup bool, err error) {
+	cfg := ld.cfg
+	if cfg.DupRatio > 0 && rng.Float64() < cfg.DupRatio {
+		if t = ld.rec.pick(id, rng); t != nil {
+			return t, true, nil
+		}
 	}
-	wg.Wait()
-	close(stopProgress)
-	report.Elapsed = time.Since(start)
-	report.Sent = len(lats)
+	from, to := cfg.From, cfg.To
+	if sentFresh%2 == 1 {
+		from, to = to, from
+	}
+	t, err = lhstd.NewTransferRequest(NewGUID(cfg.Channel), cfg.Channel, Now(), lhstd.Transfer{From: from, To: to, Amount: cfg.Amount, Memo: cfg.Memo})
+	return t, false, err
+}
+
+func (ld *loader) merge(st connStats) {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	ld.lats = append(ld.lats, st.lats...)
+	for c, n := range st.codes {
+		ld.report.ByCode[c] += n
+	}
+	ld.report.GUIDs = append(ld.report.GUIDs, st.guids...)
+	ld.report.New += st.nNew
+	ld.report.Dups += st.nDup
+	ld.report.Errors += st.nErr
+}
+
+// finish computes the report's totals and percentiles.
+func (ld *loader) finish() *LoadReport {
+	r, lats := ld.report, ld.lats
+	r.Elapsed = time.Since(ld.start)
+	r.Sent = len(lats)
 	if len(lats) > 0 {
 		slices.Sort(lats)
 		pct := func(p float64) time.Duration { return lats[min(len(lats)-1, int(p*float64(len(lats))))] }
-		report.P50, report.P90, report.P99, report.Max = pct(0.50), pct(0.90), pct(0.99), lats[len(lats)-1]
+		r.P50, r.P90, r.P99, r.Max = pct(0.50), pct(0.90), pct(0.99), lats[len(lats)-1]
 	}
-	return report, firstErr
+	return r
 }
