@@ -143,7 +143,17 @@ func (c *campaign) startCore() {
 	c.core = start(c.t, "fixturecore", append([]string{"--listen", c.coreAddr, "--slow", coreSlow, "--state", c.state, "--quiet"}, c.coreServe...)...)
 }
 
-func (c *campaign) startRelay(i int) { c.relays[i] = c.relayAt(c.raddrs[i]) }
+// startRelay (re)starts relay i. On an HA ledger it first waits for a
+// primary that takes writes: a relay refuses to start on a ledger it
+// cannot open (systemd's Restart= retries it in production).
+func (c *campaign) startRelay(i int) {
+	if c.ha != nil {
+		if err := c.ha.WaitWritable(120 * time.Second); err != nil {
+			c.t.Errorf("seed %d: %v", c.seed, err)
+		}
+	}
+	c.relays[i] = c.relayAt(c.raddrs[i])
+}
 
 func (c *campaign) relayAt(addr string) *proc {
 	args := []string{"--db", c.db, "--listen", addr, "--core", c.coreURL,
@@ -584,6 +594,11 @@ func (c *campaign) haFault(kind int) {
 	}
 	if err := c.ha.WaitHealthy(120 * time.Second); err != nil {
 		c.t.Errorf("seed %d: the HA cluster did not recover: %v", c.seed, err)
+	}
+	// Patroni's view lags a loop behind: wait until a client finds a
+	// primary that commits, as a relay (re)started next must.
+	if err := c.ha.WaitWritable(120 * time.Second); err != nil {
+		c.t.Errorf("seed %d: the HA cluster takes no writes: %v", c.seed, err)
 	}
 }
 

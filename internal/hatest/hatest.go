@@ -10,6 +10,7 @@
 package hatest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Timings of the cluster (Patroni's dynamic configuration): a failover
@@ -487,6 +490,36 @@ func (c *Cluster) WaitHealthy(timeout time.Duration) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// WaitWritable waits until a client of the multi-host URL finds a primary
+// that takes writes: the cluster is healthy again as the relays see it,
+// not only as Patroni's last loop reported it.
+func (c *Cluster) WaitWritable(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := c.writable()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no writable primary after %v: %w", timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) writable() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.URL(c.DB))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	// A write that commits only once the synchronous standby has it.
+	_, err = conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS hatest_probe (n int); TRUNCATE hatest_probe")
+	return err
 }
 
 // Switchover asks Patroni for a planned switchover from the leader to
