@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The project's test command (README "Tests", and what .ci/run calls):
 # set-up, formatting, go vet, every test under the race detector (the
-# end-to-end tests build the binaries with -race too), the end-to-end tests
-# again on a PostgreSQL ledger, the alert rules' unit tests, and short fault
-# campaigns on both ledgers and over TLS. PostgreSQL clusters are started by the tests
-# themselves (throwaway, on free loopback ports) and removed at the end.
+# end-to-end tests build the binaries with -race too; the HA tests start
+# etcd and three Patroni nodes), the end-to-end tests again on a PostgreSQL
+# ledger, the protocol's model check (SPIN), the Debian packages installed,
+# upgraded and purged (root), the alert rules' unit tests, and short fault
+# campaigns on both ledgers, over TLS and on the HA ledger. Clusters are
+# started by the tests themselves (throwaway, on free loopback ports or in
+# network namespaces) and removed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
