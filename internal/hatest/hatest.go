@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -28,6 +27,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"dedup/internal/pgtest"
 )
 
 // Timings of the cluster (Patroni's dynamic configuration): a failover
@@ -98,7 +99,7 @@ func Start(opts Options) (*Cluster, error) {
 			return nil, fmt.Errorf("%s not found (scripts/setup.sh installs Debian's etcd-server and patroni): %w", b, err)
 		}
 	}
-	bin, err := pgBin()
+	bin, err := pgtest.BinDir()
 	if err != nil {
 		return nil, err
 	}
@@ -667,21 +668,6 @@ func (c *Cluster) Remove() {
 		c.log.Close()
 	}
 	os.RemoveAll(c.Dir)
-}
-
-func pgBin() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool {
-		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
-		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
-		return vi > vj
-	})
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err == nil {
-			return d, nil
-		}
-	}
-	return "", errors.New("PostgreSQL server binaries not found (scripts/setup.sh installs them)")
 }
 
 func freePorts(n int) ([]int, error) {

@@ -54,8 +54,9 @@ type Options struct {
 	TLS *TLS
 }
 
-// binDir finds the newest installed PostgreSQL's binaries.
-func binDir() (string, error) {
+// BinDir finds the newest installed PostgreSQL's binaries (the HA
+// harness's Patroni nodes use them too).
+func BinDir() (string, error) {
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Slice(dirs, func(i, j int) bool {
 		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
@@ -85,7 +86,7 @@ func FreePort(host string) (int, error) {
 
 // Start creates and starts a cluster.
 func Start(opts Options) (*Cluster, error) {
-	bin, err := binDir()
+	bin, err := BinDir()
 	if err != nil {
 		return nil, err
 	}
