@@ -317,6 +317,12 @@ func (c *campaign) run() runResult {
 	ctx, stopLoad := context.WithTimeout(context.Background(), load)
 	defer stopLoad()
 	var wg sync.WaitGroup
+	if *fBroken {
+		// The proof must not depend on the schedule happening to send
+		// concurrent first copies: a storm of them up front, which a
+		// select-then-insert claim lets through twice.
+		c.firstSendStorm()
+	}
 	for ch := 0; ch < *fChannels; ch++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.channel(ctx, ch) }()
@@ -412,6 +418,26 @@ func (c *campaign) send(addr, g string, id int, tg []byte, what string) string {
 	cd := lhstd.ReplyCode(reply)
 	c.hist.add(g, event{channel: id, what: what, code: cd, reply: reply})
 	return cd
+}
+
+// firstSendStorm sends 20 fresh GUIDs, each as 4 copies at once (the
+// first sends of a channel that retransmits before any answer).
+func (c *campaign) firstSendStorm() {
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		g := fmt.Sprintf("%sST%022d", time.Now().Format("20060102"), c.seed%1e9*100+uint64(i))
+		tg, err := lhstd.NewTransferRequest(g, "FLT", channelsim.Now(), lhstd.Transfer{From: "11020030004001", To: "11020030004002", Amount: 1, Memo: "storm"})
+		if err != nil {
+			panic(err)
+		}
+		c.hist.mu.Lock()
+		c.hist.memo[g] = "storm"
+		c.hist.mu.Unlock()
+		c.n.tx.Add(1)
+		wg.Add(1)
+		go func() { defer wg.Done(); c.burst(c.raddrs[i%len(c.raddrs)], g, 99, tg, 4) }()
+	}
+	wg.Wait()
 }
 
 func (c *campaign) burst(addr, g string, id int, tg []byte, k int) []string {
