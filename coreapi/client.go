@@ -74,6 +74,11 @@ type Result struct {
 	NoConnection bool
 }
 
+// Confirm is a holder's last check of its claim, made after a connection
+// to the core was obtained and before the request's first byte: an error
+// means "do not send".
+type Confirm func(ctx context.Context) error
+
 // Applied reports whether the core applied the transfer.
 func (r Result) Applied() bool { return r.Code == dedup.CodeOK }
 
@@ -147,7 +152,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.MaxConns = 512
 	}
 	u, _ := url.Parse(cfg.BaseURL) // checked above
-	d := &dialer{tcp: net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}, timeout: cfg.ConnectTimeout}
+	d := newDialer(cfg.ConnectTimeout, cfg.Timeout)
 	addr := u.Host
 	tr := &http.Transport{
 		Proxy:               nil, // never a proxy from the environment
@@ -242,7 +247,11 @@ var (
 // lease, if not zero, is the moment after which no byte of the request may
 // be written (see leaseConn); refused reports that the request was refused
 // for it with nothing written.
-func (c *Client) exchange(ctx context.Context, method, url string, body []byte, lease time.Time) (status int, respBody []byte, connected, refused bool, err error) {
+//
+// confirm, if not nil, is called once a connection was obtained and before
+// any byte of the request is written; if it fails, nothing is written and
+// the request counts as refused for its lease.
+func (c *Client) exchange(ctx context.Context, method, url string, body []byte, lease time.Time, confirm Confirm) (status int, respBody []byte, connected, refused bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// One timer: first the connect deadline; on GotConn it is reset to the
@@ -259,15 +268,25 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte, 
 	defer timer.Stop()
 	var lcMu sync.Mutex
 	var lcs []*leaseConn // every connection this request was handed (a retry gets another)
+	var lastGen uint64   // the request's number on the last of them
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
 		if l, ok := info.Conn.(leased); ok {
 			lc := l.leaseConn()
-			lc.arm(lease)
+			gen := lc.arm(lease)
+			if confirm != nil {
+				// Rule 13: connected, and no byte written yet. A claim
+				// that is no longer the holder's, or too old by the
+				// ledger's clock, writes nothing.
+				if err := confirm(ctx); err != nil {
+					lc.refuse()
+				}
+			}
 			if c.onConn != nil {
 				c.onConn(lc)
 			}
 			lcMu.Lock()
 			lcs = append(lcs, lc)
+			lastGen = gen
 			lcMu.Unlock()
 		}
 		if got.CompareAndSwap(false, true) {
@@ -301,13 +320,23 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte, 
 		return 0, nil, got.Load(), refused, err
 	}
 	defer resp.Body.Close()
-	respBody, err = io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	respBody, err = io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			err = fmt.Errorf("%w reading body (%v)", cause, err)
 		}
 		return resp.StatusCode, nil, true, false, err
 	}
+	if len(respBody) > maxBody {
+		// Not read to its end: the connection is closed unread, and so
+		// aborted (rule 12).
+		return resp.StatusCode, nil, true, false, fmt.Errorf("answer longer than %d bytes", maxBody)
+	}
+	lcMu.Lock()
+	if n := len(lcs); n > 0 {
+		lcs[n-1].answered(lastGen)
+	}
+	lcMu.Unlock()
 	return resp.StatusCode, respBody, true, false, nil
 }
 
@@ -321,14 +350,31 @@ var jsonContentType = []string{"application/json"}
 // written at or after it (zero: no lease). A request refused for the lease
 // with nothing written is FAILED/E902 with LeaseExpired set; refused after
 // a byte was written it is E901 like any failure once connected.
-func (c *Client) Transfer(ctx context.Context, tr TransferRequest, lease time.Time) Result {
+//
+// confirm, if not nil, is asked once a connection was obtained, just before
+// the first byte of the request (docs/rules.md rule 13); an error from it
+// makes the call write nothing, like an expired lease.
+func (c *Client) Transfer(ctx context.Context, tr TransferRequest, lease time.Time, confirm Confirm) Result {
 	payload, err := json.Marshal(tr)
 	if err != nil {
 		// Cannot happen for these field types; nothing was sent.
 		return Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, Detail: "encode: " + err.Error()}
 	}
-	status, body, connected, refused, err := c.exchange(ctx, http.MethodPost, c.base+"/v1/transfers", payload, lease)
+	var unconfirmed error // why confirm said "do not send"
+	if confirm != nil {
+		inner := confirm
+		confirm = func(ctx context.Context) error {
+			err := inner(ctx)
+			unconfirmed = err
+			return err
+		}
+	}
+	status, body, connected, refused, err := c.exchange(ctx, http.MethodPost, c.base+"/v1/transfers", payload, lease, confirm)
 	if err != nil {
+		if refused && unconfirmed != nil {
+			return Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, LeaseExpired: true,
+				Detail: "the claim could not be confirmed before the request was written (" + unconfirmed.Error() + "): nothing sent"}
+		}
 		if refused {
 			return Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, LeaseExpired: true,
 				Detail: "the claim's lease expired before the request was written (the holder was frozen or stalled): nothing sent"}
@@ -401,7 +447,7 @@ func (c *Client) Lookup(ctx context.Context, guid string) LookupResult {
 	if !lhstd.IsGUID(guid) {
 		return LookupResult{Detail: "not a GUID"}
 	}
-	status, body, _, _, err := c.exchange(ctx, http.MethodGet, c.base+"/v1/transfers/"+guid, nil, time.Time{})
+	status, body, _, _, err := c.exchange(ctx, http.MethodGet, c.base+"/v1/transfers/"+guid, nil, time.Time{}, nil)
 	if err != nil {
 		return LookupResult{Status: status, Detail: err.Error()}
 	}

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // dialer obtains connections to the core: the TCP connect and, for https,
@@ -25,6 +28,34 @@ type dialer struct {
 	timeout time.Duration
 }
 
+// newDialer returns a dialer whose every socket carries TCP_USER_TIMEOUT
+// of userTimeout (docs/rules.md rule 12): the kernel abandons bytes the
+// core has not acknowledged by then, even if the process that wrote them
+// is frozen, so that a request stuck behind a broken link is never
+// delivered when the link heals, after resolve and reprocess may have
+// sent the transfer again.
+func newDialer(connectTimeout, userTimeout time.Duration) *dialer {
+	ms := int(max(userTimeout.Milliseconds(), 1))
+	return &dialer{
+		tcp: net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second,
+			Control: func(_, _ string, rc syscall.RawConn) error {
+				var serr error
+				if err := rc.Control(func(fd uintptr) {
+					serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, ms)
+				}); err != nil {
+					return err
+				}
+				if serr != nil {
+					// Never send without it: a connection that could
+					// deliver a request late is no connection at all.
+					return fmt.Errorf("set TCP_USER_TIMEOUT: %w", serr)
+				}
+				return nil
+			}},
+		timeout: connectTimeout,
+	}
+}
+
 // leased is a connection whose request writes are subject to a lease.
 type leased interface {
 	net.Conn
@@ -38,6 +69,16 @@ type tlsLeaseConn struct {
 }
 
 func (c *tlsLeaseConn) leaseConn() *leaseConn { return c.lc }
+
+// Close closes the TLS connection. One given up on is aborted beneath TLS
+// at once (see leaseConn.Close): no close_notify is queued behind a
+// request the core may not have received.
+func (c *tlsLeaseConn) Close() error {
+	if !c.lc.isClean() {
+		return c.lc.Close()
+	}
+	return c.Conn.Close()
+}
 
 func (c *leaseConn) leaseConn() *leaseConn { return c }
 

@@ -67,6 +67,13 @@ type Outcome struct {
 	Response []byte // the reply telegram for DONE; nil otherwise
 }
 
+// ClaimCheck is what ConfirmClaim read.
+type ClaimCheck struct {
+	Held bool          // the row is SENT with the holder's attempt number
+	Age  time.Duration // now minus updated_at, on the ledger's clock
+	Now  time.Time     // the ledger's clock when it was read
+}
+
 // StateStat summarises the rows in one state.
 type StateStat struct {
 	State  dedup.State
@@ -89,8 +96,10 @@ type Ledger interface {
 	Claim(ctx context.Context, guid, txCode string, request []byte) (claimed bool, err error)
 	// Reclaim takes a FAILED/E902 row back to SENT with attempts + 1.
 	// request is stored only if the row has none; maxAttempts > 0 admits
-	// only rows with fewer attempts (reprocess).
-	Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (attempt int, claimed bool, err error)
+	// only rows with fewer attempts (reprocess). claimed is judged by the
+	// row the statement returned; stored is the request that row holds
+	// (RETURNING request): the one to send, whoever stored it.
+	Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (attempt int, stored []byte, claimed bool, err error)
 	// Finish records the outcome of the holder's claim, fenced on attempt.
 	Finish(ctx context.Context, guid string, attempt int, o Outcome) (recorded bool, err error)
 	// Settle records resolve's verdict on an UNKNOWN row, fenced on the
@@ -117,6 +126,12 @@ type Ledger interface {
 	// Stats counts the rows per state with the oldest age of each, through
 	// the state index. Every state appears, with 0 rows if it has none.
 	Stats(ctx context.Context) ([]StateStat, error)
+	// ConfirmClaim reads whether guid's row is still the claim of the
+	// holder with attempt (SENT with that attempts) and its age on the
+	// ledger's clock (docs/rules.md rule 13). It writes nothing.
+	ConfirmClaim(ctx context.Context, guid string, attempt int) (ClaimCheck, error)
+	// Now returns the ledger's clock (docs/ledger.md "Clocks").
+	Now(ctx context.Context) (time.Time, error)
 	// Close releases the ledger. Writes after Close fail with ErrClosed.
 	Close() error
 }

@@ -97,6 +97,10 @@ func Exercise(t *testing.T, b Backend) {
 		{"ClaimFailsWhileAnotherWriterHoldsTheLock", testLocked},
 		{"WritesAfterCloseFail", testClosed},
 		{"EveryConcurrentWriteIsReportedAsItCommitted", testGroupCommit},
+		{"ReclaimIsJudgedByTheRowItReturns", testReclaimOddAttempts},
+		{"ReclaimReturnsTheRequestAnotherHolderStored", testReclaimReturnsStored},
+		{"ConfirmClaimReadsHolderAndAgeOnTheLedgersClock", testConfirmClaim},
+		{"NowIsTheLedgersClock", testNow},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -221,10 +225,13 @@ func testReclaim(t *testing.T, s suite) {
 		{"RECEIVED is never reclaimed", "xRECEIVED", nil, 0, 0, "orig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			attempt, ok, err := l.Reclaim(ctx, tc.guid, tc.req, tc.max)
+			attempt, stored, ok, err := l.Reclaim(ctx, tc.guid, tc.req, tc.max)
 			assert.NilError(t, err)
 			assert.Equal(t, ok, tc.wantAttempt > 0)
 			assert.Equal(t, attempt, tc.wantAttempt)
+			if ok {
+				assert.Equal(t, string(stored), tc.wantReq, "the reclaim did not return the request the row holds")
+			}
 			r, err := l.Get(ctx, tc.guid)
 			assert.NilError(t, err)
 			assert.Equal(t, string(r.Request), tc.wantReq)
@@ -251,7 +258,7 @@ func testConcurrentReclaim(t *testing.T, s suite) {
 			if k%2 == 0 {
 				l = l2
 			}
-			_, ok, err := l.Reclaim(ctx, guid(1), nil, 3)
+			_, _, ok, err := l.Reclaim(ctx, guid(1), nil, 3)
 			assert.Check(t, err)
 			if ok {
 				wins.Add(1)
@@ -447,7 +454,7 @@ func testOtherTools(t *testing.T, s suite) {
 	ok, err := l.Settle(ctx, u[0], ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
 	assert.NilError(t, err)
 	assert.Assert(t, ok)
-	attempt, ok, err := l.Reclaim(ctx, guid(3), []byte("received"), 0)
+	attempt, _, ok, err := l.Reclaim(ctx, guid(3), []byte("received"), 0)
 	assert.NilError(t, err)
 	assert.Assert(t, ok)
 	assert.Equal(t, attempt, 1)
@@ -567,7 +574,7 @@ func testRefusedAfterTheFact(t *testing.T, s suite) {
 	refusing.Store(true)
 	ok, err := l.Claim(ctx, guid(1), "TRF00001", []byte("r"))
 	assert.Check(t, err != nil && !ok, "claim: %v %v", ok, err)
-	_, ok, err = l.Reclaim(ctx, guid(2), nil, 3)
+	_, _, ok, err = l.Reclaim(ctx, guid(2), nil, 3)
 	assert.Check(t, err != nil && !ok, "reclaim: %v %v", ok, err)
 	ok, err = l.Finish(ctx, guid(3), 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("x")})
 	assert.Check(t, err != nil && !ok, "finish: %v %v", ok, err)
@@ -721,4 +728,87 @@ func testGroupCommit(t *testing.T, s suite) {
 	sawFailure := len(failed) > 0
 	assert.Assert(t, sawFailure, "no write failed: neither the injected faults nor Close were exercised")
 	assert.Equal(t, acknowledged.Load(), succeeded.Load(), "writes reported committed by OnCommit differ from the callers' successes")
+}
+
+// testReclaimOddAttempts: a FAILED/E902 row whose attempts another tool left
+// at 0 or below is reclaimed, and the caller is told it owns it (a reclaim
+// judged by the attempt number would report it lost: nothing sent, the
+// row stuck in SENT until swept).
+func testReclaimOddAttempts(t *testing.T, s suite) {
+	l, db := s.fresh(t)
+	for i, attempts := range []int{-1, 0} {
+		g := guid(10 + i)
+		s.insert(t, db, g, "TRF00001", "FAILED", "E902", []byte("orig"), nil, attempts, 0)
+		attempt, stored, ok, err := l.Reclaim(ctx, g, nil, 0)
+		assert.NilError(t, err)
+		assert.Check(t, ok, "attempts %d: a reclaim that changed the row was reported lost", attempts)
+		assert.Check(t, is.Equal(attempt, attempts+1))
+		assert.Check(t, is.Equal(string(stored), "orig"))
+		recorded, err := l.Finish(ctx, g, attempt, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("x")})
+		assert.NilError(t, err)
+		assert.Check(t, recorded, "attempts %d: the reclaim's holder could not record its outcome", attempts)
+	}
+}
+
+// testReclaimReturnsStored: a FAILED row without a request is given one by
+// a reclaim; it goes back to FAILED, and the next reclaim, which carries
+// another request, is told the stored one: that is what must be sent.
+func testReclaimReturnsStored(t *testing.T, s suite) {
+	l, db := s.fresh(t)
+	s.insert(t, db, guid(1), nil, "FAILED", "E902", nil, nil, 1, 0)
+	attempt, stored, ok, err := l.Reclaim(ctx, guid(1), []byte("first"), 0)
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	assert.Equal(t, string(stored), "first")
+	recorded, err := l.Finish(ctx, guid(1), attempt, ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
+	assert.NilError(t, err)
+	assert.Assert(t, recorded)
+	_, stored, ok, err = l.Reclaim(ctx, guid(1), []byte("second"), 0)
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	assert.Equal(t, string(stored), "first", "the reclaim returned the request it was given, not the one the row holds")
+}
+
+// testConfirmClaim: ConfirmClaim says whether the row is still the
+// holder's claim and how old it is on the ledger's clock, and writes
+// nothing.
+func testConfirmClaim(t *testing.T, s suite) {
+	l, db := s.fresh(t)
+	ok, err := l.Claim(ctx, guid(1), "TRF00001", []byte("r"))
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	c, err := l.ConfirmClaim(ctx, guid(1), 1)
+	assert.NilError(t, err)
+	assert.Check(t, c.Held)
+	assert.Check(t, c.Age >= 0 && c.Age < 10*time.Second, "age %v", c.Age)
+	c, err = l.ConfirmClaim(ctx, guid(1), 2)
+	assert.NilError(t, err)
+	assert.Check(t, !c.Held, "another attempt's claim was confirmed")
+	s.insert(t, db, guid(2), "TRF00001", "SENT", nil, []byte("r"), nil, 1, 120)
+	c, err = l.ConfirmClaim(ctx, guid(2), 1)
+	assert.NilError(t, err)
+	assert.Check(t, c.Held)
+	assert.Check(t, c.Age >= 119*time.Second && c.Age < 130*time.Second, "age %v of a row written 120 s ago", c.Age)
+	n, err := l.SweepOrphans(ctx, time.Minute)
+	assert.NilError(t, err)
+	assert.Equal(t, n, int64(1))
+	c, err = l.ConfirmClaim(ctx, guid(2), 1)
+	assert.NilError(t, err)
+	assert.Check(t, !c.Held, "a swept claim was confirmed")
+	c, err = l.ConfirmClaim(ctx, guid(3), 1)
+	assert.NilError(t, err)
+	assert.Check(t, !c.Held, "a GUID without a row was confirmed")
+	r, err := l.Get(ctx, guid(1))
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(r.State, dedup.StateSent))
+}
+
+// testNow: the ledger's clock, read against this host's, agrees with it
+// (the test's database runs on this host).
+func testNow(t *testing.T, s suite) {
+	l, _ := s.fresh(t)
+	r, err := ledger.MeasureClock(ctx, l)
+	assert.NilError(t, err)
+	assert.Check(t, r.Check(time.Second), "skew %v", r.Skew)
+	assert.Check(t, !r.Ledger.IsZero())
 }

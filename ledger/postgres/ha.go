@@ -28,7 +28,7 @@ import (
 //     pool is emptied so that the next write finds the new primary, and the
 //     write is not a commit.
 //   - Durability is checked on every new connection, not only at open: a
-//     session whose synchronous_commit is off or local is refused (unless
+//     session whose synchronous_commit is off, local or remote_write is refused (unless
 //     --synchronous normal).
 //   - A write with no answer by its client deadline (bound) is not a commit:
 //     statement_timeout does not end a COMMIT's wait for the standby, so the
@@ -55,7 +55,7 @@ func keepAfterRelease(c *pgx.Conn) bool {
 }
 
 // durableSession is the pool's AfterConnect: a new session whose commits
-// are not durable (synchronous_commit off or local) is refused, unless the
+// are not durable (synchronous_commit off, local or remote_write) is refused, unless the
 // operator accepted that (normal).
 func durableSession(normal bool) func(context.Context, *pgx.Conn) error {
 	return func(ctx context.Context, c *pgx.Conn) error {
@@ -63,7 +63,10 @@ func durableSession(normal bool) func(context.Context, *pgx.Conn) error {
 		if err := c.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil {
 			return fmt.Errorf("read synchronous_commit: %w", err)
 		}
-		if (sc == "off" || sc == "local") && !normal {
+		// remote_write acknowledges a commit that a standby holds in
+		// memory only: a crash of both loses it. Only on and remote_apply
+		// are durable enough for a claim.
+		if (sc == "off" || sc == "local" || sc == "remote_write") && !normal {
 			return fmt.Errorf("synchronous_commit is %q: a claim could be acknowledged and then lost; set it to on (or pass --synchronous normal to accept that risk)", sc)
 		}
 		return nil

@@ -79,14 +79,23 @@ floor(extract(epoch FROM now() - updated_at))::bigint`
 	sqlClaim = `INSERT INTO tx(guid,tx_code,state,rsp_code,request,response,attempts,updated_at)
 VALUES($1,$2,'SENT',NULL,$3,NULL,1,now()) ON CONFLICT (guid) DO NOTHING`
 	sqlReclaim = `UPDATE tx SET state='SENT', rsp_code=NULL, attempts=attempts+1, request=COALESCE(request,$1), updated_at=now()
-WHERE guid=$2 AND state='FAILED' AND rsp_code='E902' AND ($3::integer=0 OR attempts < $3::integer) RETURNING attempts`
+WHERE guid=$2 AND state='FAILED' AND rsp_code='E902' AND ($3::integer=0 OR attempts < $3::integer) RETURNING attempts, request`
 	sqlFinish = `UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
 WHERE guid=$4 AND state='SENT' AND attempts=$5`
 	// updated_at is fenced exactly as read, to the microsecond.
 	sqlSettle = `UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
 WHERE guid=$4 AND state='UNKNOWN' AND attempts=$5 AND updated_at=($6::timestamp AT TIME ZONE 'UTC')`
+	// The sweep locks its rows in guid order, as the group commit's
+	// batches do, so that the two never deadlock (docs/ledger.md).
 	sqlSweep = `UPDATE tx SET state='UNKNOWN', rsp_code='E901', response=NULL, updated_at=now()
-WHERE state IN ('SENT','RECEIVED') AND updated_at < now() - make_interval(secs => $1)`
+WHERE guid IN (SELECT guid FROM tx WHERE state IN ('SENT','RECEIVED') AND updated_at < now() - make_interval(secs => $1)
+ORDER BY guid FOR UPDATE)
+AND state IN ('SENT','RECEIVED') AND updated_at < now() - make_interval(secs => $1)`
+	// Rule 13's confirmation: still this holder's claim, and how old by
+	// the server's clock (clock_timestamp(): now() is the transaction's
+	// start).
+	sqlConfirm = `SELECT state='SENT' AND attempts=$2, extract(epoch FROM clock_timestamp() - updated_at),
+extract(epoch FROM clock_timestamp()) FROM tx WHERE guid=$1`
 	sqlPurge = `DELETE FROM tx WHERE guid IN
 (SELECT guid FROM tx WHERE state='DONE' AND updated_at <= now() - make_interval(days => $1) LIMIT $2)`
 	sqlStats = `SELECT state, count(*), COALESCE(floor(extract(epoch FROM now() - min(updated_at))), 0)::bigint
@@ -314,14 +323,10 @@ func (l *Ledger) writer() {
 				break drain
 			}
 		}
-		var err error
 		if len(batch) == 1 {
-			err = l.runOne(context.Background(), batch[0])
+			batch[0].done <- l.runOne(context.Background(), batch[0])
 		} else {
-			err = l.runBatch(batch)
-		}
-		for _, o := range batch {
-			o.done <- err
+			l.runBatch(batch)
 		}
 	}
 }
@@ -353,30 +358,56 @@ func (l *Ledger) runOne(ctx context.Context, o *wop) error {
 	return err
 }
 
-// runBatch runs writes in one transaction, pipelined. Their row locks are
-// taken in GUID order, so that two relays' batches never deadlock on each
-// other. If anything fails the whole batch is rolled back and every caller
-// gets the error.
-func (l *Ledger) runBatch(batch []*wop) error {
+// runBatch commits writes in one transaction, pipelined, and sends each
+// its own result. Their row locks are taken in GUID order, so that two
+// relays' batches (and the orphan sweep) never deadlock on each other.
+//
+// One write's failure is that write's alone (docs/ledger.md): a statement
+// that fails inside the batch (a deadlock, a lock timeout, a constraint)
+// aborts the transaction, so that write gets its error and the batch is
+// run again without it. Anything else (the commit, the connection) fails
+// every write of the batch: none of them is known to have committed.
+func (l *Ledger) runBatch(batch []*wop) {
+	pending := slices.Clone(batch)
+	slices.SortStableFunc(pending, func(a, b *wop) int { return strings.Compare(a.key, b.key) })
+	for len(pending) > 0 {
+		failed, err := l.tryBatch(pending)
+		if failed < 0 {
+			for _, o := range pending {
+				o.done <- err
+			}
+			return
+		}
+		pending[failed].done <- err
+		pending = slices.Delete(pending, failed, failed+1)
+	}
+}
+
+// tryBatch runs pending (sorted) in one transaction. failed is the index
+// of the write whose own statement failed, with its error, or -1 when err
+// (nil or not) is the whole batch's.
+func (l *Ledger) tryBatch(pending []*wop) (failed int, err error) {
 	ctx, cancel := bound(context.Background())
 	defer cancel()
 	start := time.Now()
-	sorted := slices.Clone(batch)
-	slices.SortStableFunc(sorted, func(a, b *wop) int { return strings.Compare(a.key, b.key) })
-	err := l.onConn(ctx, func(c *pgxpool.Conn) error {
+	failed = -1
+	err = l.onConn(ctx, func(c *pgxpool.Conn) error {
 		tx, err := c.Begin(ctx)
 		if err != nil {
 			return translate(err)
 		}
 		defer tx.Rollback(ctx)
 		var b pgx.Batch
-		for _, o := range sorted {
+		for _, o := range pending {
 			b.Queue(o.sql, o.args...)
 		}
 		br := tx.SendBatch(ctx, &b)
-		for _, o := range sorted {
+		for i, o := range pending {
 			if err := o.read(br); err != nil {
 				br.Close()
+				if statementFailed(err) {
+					failed = i
+				}
 				return translate(err)
 			}
 		}
@@ -385,10 +416,25 @@ func (l *Ledger) runBatch(batch []*wop) error {
 		}
 		return l.commit(ctx, tx)
 	})
-	if err == nil && l.onCommit != nil {
-		l.onCommit(time.Since(start), len(batch))
+	if failed >= 0 && (err == nil || errors.Is(err, ledger.ErrNotCommitted)) {
+		// The connection was judged after the statement failed (a
+		// demoted server): that is every write's failure, not this one's.
+		failed = -1
 	}
-	return err
+	if err == nil && l.onCommit != nil {
+		l.onCommit(time.Since(start), len(pending))
+	}
+	return failed, err
+}
+
+// statementFailed reports an error of one statement that leaves the
+// session usable once the transaction is rolled back: the server answered
+// it with an error of its own (a deadlock, a lock or statement timeout, a
+// constraint), not a broken connection or a server that is no longer the
+// primary.
+func statementFailed(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && !notPrimary(err) && !strings.HasPrefix(pe.Code, "08") && !strings.HasPrefix(pe.Code, "57P")
 }
 
 // commit commits tx, with the test hooks around it.
@@ -418,17 +464,19 @@ func (l *Ledger) Claim(ctx context.Context, guid, txCode string, request []byte)
 	return n == 1, nil
 }
 
-// Reclaim takes a FAILED/E902 row back to SENT with attempts + 1.
-func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (int, bool, error) {
+// Reclaim takes a FAILED/E902 row back to SENT with attempts + 1, judged
+// by the row the statement returned; stored is the request it holds.
+func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (int, []byte, bool, error) {
 	var attempt int
-	o := &wop{key: guid, sql: sqlReclaim, args: []any{request, guid, maxAttempts}, scan: []any{&attempt}}
+	var stored []byte
+	o := &wop{key: guid, sql: sqlReclaim, args: []any{request, guid, maxAttempts}, scan: []any{&attempt, &stored}}
 	if err := l.submit(ctx, o); err != nil {
-		return 0, false, fmt.Errorf("reclaim %s: %w", guid, err)
+		return 0, nil, false, fmt.Errorf("reclaim %s: %w", guid, err)
 	}
 	if o.noRow {
-		return 0, false, nil
+		return 0, nil, false, nil
 	}
-	return attempt, true, nil
+	return attempt, stored, true, nil
 }
 
 // Finish records the outcome of the holder's claim, fenced on attempt.
@@ -541,3 +589,34 @@ func (l *Ledger) Stats(ctx context.Context) ([]ledger.StateStat, error) {
 	defer rows.Close()
 	return ledger.CollectStats(rows, translate)
 }
+
+// ConfirmClaim reads whether guid's row is still SENT with attempt, and its
+// age on the server's clock (docs/rules.md rule 13).
+func (l *Ledger) ConfirmClaim(ctx context.Context, guid string, attempt int) (ledger.ClaimCheck, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	var held bool
+	var age, now float64
+	err := l.pool.QueryRow(ctx, sqlConfirm, guid, attempt).Scan(&held, &age, &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ledger.ClaimCheck{}, nil
+	}
+	if err != nil {
+		return ledger.ClaimCheck{}, fmt.Errorf("confirm claim %s: %w", guid, translate(err))
+	}
+	return ledger.ClaimCheck{Held: held, Age: time.Duration(age * float64(time.Second)), Now: fromEpoch(now)}, nil
+}
+
+// Now returns the server's clock, clock_timestamp() (docs/ledger.md
+// "Clocks").
+func (l *Ledger) Now(ctx context.Context) (time.Time, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	var now float64
+	if err := l.pool.QueryRow(ctx, "SELECT extract(epoch FROM clock_timestamp())").Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("read the clock: %w", translate(err))
+	}
+	return fromEpoch(now), nil
+}
+
+func fromEpoch(s float64) time.Time { return time.UnixMicro(int64(s * 1e6)).UTC() }

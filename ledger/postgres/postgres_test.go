@@ -12,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 
+	"dedup"
 	"dedup/internal/pgtest"
 	"dedup/ledger"
 	"dedup/ledger/ledgertest"
@@ -125,7 +127,7 @@ func TestNonLoopbackHostNeedsVerifiedTLS(t *testing.T) {
 		{"postgres://relay@db1.bank:5432/dedup?sslmode=prefer", false},
 		{"postgres://relay@db1.bank:5432/dedup?sslmode=require", false},
 		{"postgres://relay@10.1.2.3:5432/dedup?sslmode=disable", false},
-		{"postgres://relay@127.0.0.1:5432,db2.bank:5432/dedup?sslmode=require", false},
+		{"postgres://relay@127.0.0.1:5432,db2.bank:5432/dedup?sslmode=require&target_session_attrs=read-write", false},
 		{"postgres://relay@db1.bank:5432/dedup?sslmode=verify-full", true},
 		{"postgres://relay@db1.bank:5432/dedup?sslmode=verify-ca", true},
 		{"postgres://relay@127.0.0.1:5432/dedup", true},
@@ -141,6 +143,36 @@ func TestNonLoopbackHostNeedsVerifiedTLS(t *testing.T) {
 			}
 			assert.ErrorContains(t, err, "sslmode=verify-full")
 			assert.NilError(t, CheckURL(tc.dsn, true), "--db-insecure did not allow it")
+		})
+	}
+}
+
+// A URL with several hosts must ask for the writable primary: without
+// target_session_attrs=read-write (or primary) a relay may settle on a
+// standby and answer E902 to every new GUID. --db-insecure does not lift it.
+func TestMultiHostURLNeedsReadWrite(t *testing.T) {
+	const hosts = "postgres://relay@127.0.0.1:5432,127.0.0.2:5432,127.0.0.3:5432/dedup?sslmode=disable"
+	for _, tc := range []struct {
+		dsn string
+		ok  bool
+	}{
+		{hosts, false},
+		{hosts + "&target_session_attrs=any", false},
+		{hosts + "&target_session_attrs=read-only", false},
+		{hosts + "&target_session_attrs=read-write", true},
+		{hosts + "&target_session_attrs=primary", true},
+		{"postgres://relay@127.0.0.1:5432/dedup?sslmode=disable", true},
+		{"postgres://relay@127.0.0.1:5432/dedup", true}, // prefer: one host tried twice is still one host
+	} {
+		t.Run(tc.dsn, func(t *testing.T) {
+			for _, insecure := range []bool{false, true} {
+				err := CheckURL(tc.dsn, insecure)
+				if tc.ok {
+					assert.NilError(t, err)
+					continue
+				}
+				assert.ErrorContains(t, err, "target_session_attrs=read-write")
+			}
 		})
 	}
 }
@@ -165,7 +197,7 @@ func TestLoosePassfileIsRefused(t *testing.T) {
 // accepts that with --synchronous normal.
 func TestNonDurableSessionIsRefused(t *testing.T) {
 	db := pgtest.SharedDatabase(t)
-	for _, sc := range []string{"off", "local"} {
+	for _, sc := range []string{"off", "local", "remote_write"} {
 		dsn := db + "&options=-c%20synchronous_commit%3D" + sc
 		_, err := Open(dsn, ledger.Options{})
 		assert.ErrorContains(t, err, "synchronous_commit is \""+sc+"\"")
@@ -225,4 +257,47 @@ func TestLedgerOutlivesADatabaseRestart(t *testing.T) {
 	r, err = l.Get(ctx, "G2")
 	assert.NilError(t, err)
 	assert.Assert(t, r == nil, "a claim reported as failed exists")
+}
+
+// One write's failure is that write's alone: a batch in which one
+// statement fails (here a CHECK violation: an outcome with a state the
+// table refuses) commits every other write, and each caller gets its own
+// result. Driven through runBatch directly, so that the batch is exactly
+// these writes.
+func TestOneFailingStatementFailsOnlyItsOwnWrite(t *testing.T) {
+	db := pgtest.SharedDatabase(t)
+	l, err := Open(db, ledger.Options{})
+	assert.NilError(t, err)
+	defer l.Close()
+	g := func(i int) string { return fmt.Sprintf("20261129BAT%021d", i) }
+	for i := 1; i <= 2; i++ {
+		ok, err := l.Claim(ctx, g(i), "TRF00001", []byte("r"))
+		assert.NilError(t, err)
+		assert.Assert(t, ok)
+	}
+	ops := []*wop{
+		{key: g(3), sql: sqlClaim, args: []any{g(3), "TRF00001", []byte("r")}},
+		{key: g(2), sql: sqlFinish, args: []any{"BOGUS", "0000", []byte("x"), g(2), 1}}, // violates tx's CHECK
+		{key: g(1), sql: sqlFinish, args: []any{"DONE", "0000", []byte("x"), g(1), 1}},
+		{key: g(4), sql: sqlClaim, args: []any{g(4), "TRF00001", []byte("r")}},
+	}
+	for _, o := range ops {
+		o.done = make(chan error, 1)
+	}
+	l.runBatch(ops)
+	for i, o := range ops {
+		err := <-o.done
+		if i == 1 {
+			assert.Check(t, err != nil, "the failing statement was reported committed")
+			continue
+		}
+		assert.Check(t, err, "write %d failed for another write's statement", i)
+		assert.Check(t, is.Equal(o.n, int64(1)), "write %d affected %d rows", i, o.n)
+	}
+	for i, want := range map[int]dedup.State{1: dedup.StateDone, 2: dedup.StateSent, 3: dedup.StateSent, 4: dedup.StateSent} {
+		r, err := l.Get(ctx, g(i))
+		assert.NilError(t, err)
+		assert.Assert(t, r != nil, "%s has no row", g(i))
+		assert.Check(t, is.Equal(r.State, want), g(i))
+	}
 }

@@ -92,6 +92,9 @@ func CheckURL(dsn string, insecure bool) error {
 	if err != nil {
 		return errors.New(scrub(err.Error(), dsn))
 	}
+	if err := checkMultiHost(dsn, cfg); err != nil {
+		return err
+	}
 	if insecure {
 		return nil
 	}
@@ -109,6 +112,28 @@ func CheckURL(dsn string, insecure bool) error {
 		}
 	}
 	return nil
+}
+
+// checkMultiHost refuses a URL with more than one host that does not ask
+// for the writable primary (docs/ledger.md): without
+// target_session_attrs=read-write (or primary) a binary may settle on a
+// standby and answer E902 to every new GUID until it is restarted.
+func checkMultiHost(dsn string, cfg *pgxpool.Config) error {
+	hosts := map[string]bool{fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port): true}
+	for _, fb := range cfg.ConnConfig.Fallbacks { // sslmode=prefer adds the same host twice
+		hosts[fmt.Sprintf("%s:%d", fb.Host, fb.Port)] = true
+	}
+	if len(hosts) < 2 {
+		return nil
+	}
+	attrs := os.Getenv("PGTARGETSESSIONATTRS")
+	if u, err := url.Parse(dsn); err == nil && u.Query().Has("target_session_attrs") {
+		attrs = u.Query().Get("target_session_attrs")
+	}
+	if attrs == "read-write" || attrs == "primary" {
+		return nil
+	}
+	return fmt.Errorf("%d hosts and target_session_attrs is %q: add target_session_attrs=read-write, or a relay may settle on a standby and answer E902 to every new GUID", len(hosts), attrs)
 }
 
 // sslmode is the sslmode a connection to dsn uses: the URL's, else

@@ -356,3 +356,40 @@ FROM tx INDEXED BY tx_state_updated GROUP BY state`)
 	defer rows.Close()
 	return ledger.CollectStats(rows, translate)
 }
+
+// ConfirmClaim reads whether guid's row is still SENT with attempt, and its
+// age on SQLite's clock (docs/rules.md rule 13). A row written by another
+// tool whose updated_at SQLite cannot read counts as infinitely old.
+func (l *Ledger) ConfirmClaim(ctx context.Context, guid string, attempt int) (ledger.ClaimCheck, error) {
+	var held int
+	var ageDays *float64
+	var now float64
+	err := l.rdb.QueryRowContext(ctx, `SELECT state='SENT' AND attempts=?, julianday('now') - julianday(updated_at), julianday('now')
+FROM tx WHERE guid=?`, attempt, guid).Scan(&held, &ageDays, &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ledger.ClaimCheck{}, nil
+	}
+	if err != nil {
+		return ledger.ClaimCheck{}, fmt.Errorf("confirm claim %s: %w", guid, translate(err))
+	}
+	c := ledger.ClaimCheck{Held: held == 1, Now: fromJulian(now), Age: time.Duration(1<<63 - 1)}
+	if ageDays != nil {
+		c.Age = time.Duration(*ageDays * 86400 * float64(time.Second))
+	}
+	return c, nil
+}
+
+// Now returns SQLite's clock, julianday('now') (docs/ledger.md "Clocks").
+func (l *Ledger) Now(ctx context.Context) (time.Time, error) {
+	var jd float64
+	if err := l.rdb.QueryRowContext(ctx, "SELECT julianday('now')").Scan(&jd); err != nil {
+		return time.Time{}, fmt.Errorf("read the clock: %w", translate(err))
+	}
+	return fromJulian(jd), nil
+}
+
+// fromJulian converts a Julian day number to a time.
+func fromJulian(jd float64) time.Time {
+	const unixEpochJD = 2440587.5
+	return time.UnixMicro(int64((jd - unixEpochJD) * 86400e6)).UTC()
+}

@@ -147,7 +147,7 @@ INSERT INTO tx VALUES('old-failed','TRF00001','FAILED','E902',x'00',NULL,1,datet
 	n, err := l.PurgeBatch(ctx, 7, 100)
 	assert.NilError(t, err)
 	assert.Equal(t, n, int64(1))
-	_, ok, err := l.Reclaim(ctx, "old-failed", nil, 3)
+	_, _, ok, err := l.Reclaim(ctx, "old-failed", nil, 3)
 	assert.NilError(t, err)
 	assert.Assert(t, ok)
 	ok, err = l.Claim(ctx, "new", "TRF00001", []byte("r"))

@@ -18,7 +18,7 @@ VALUES(?,?,'SENT',NULL,?,NULL,1,datetime('now')) ON CONFLICT(guid) DO NOTHING`
 	// The relay passes the received request and no limit (0); reprocess
 	// passes NULL and its --max-attempts.
 	sqlReclaim = `UPDATE tx SET state='SENT', rsp_code=NULL, attempts=attempts+1, request=COALESCE(request,?), updated_at=datetime('now')
-WHERE guid=? AND state='FAILED' AND rsp_code='E902' AND (?=0 OR attempts < ?) RETURNING attempts`
+WHERE guid=? AND state='FAILED' AND rsp_code='E902' AND (?=0 OR attempts < ?) RETURNING attempts, request`
 	sqlFinish = `UPDATE tx SET state=?, rsp_code=?, response=?, updated_at=datetime('now')
 WHERE guid=? AND state='SENT' AND attempts=?`
 	sqlSettle = `UPDATE tx SET state=?, rsp_code=?, response=?, updated_at=datetime('now')
@@ -229,20 +229,24 @@ func (l *Ledger) Claim(ctx context.Context, guid, txCode string, request []byte)
 // Reclaim takes a FAILED/E902 row back to SENT with attempts + 1 (docs/ledger.md:
 // FAILED → SENT). request is stored only if the row has none; maxAttempts > 0
 // admits only rows with fewer attempts (reprocess). claimed reports whether
-// this caller owns the row, attempt is its new attempt number.
-func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (attempt int, claimed bool, err error) {
+// this caller owns the row: judged by the row the statement returned, never
+// by the attempt number (another tool may have left it at 0 or below).
+// attempt is the new attempt number and stored the request the row holds
+// now, which is the one to send.
+func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (attempt int, stored []byte, claimed bool, err error) {
 	err = l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
-		err := s.reclaim.QueryRowContext(ctx, request, guid, maxAttempts, maxAttempts).Scan(&attempt)
+		attempt, stored, claimed = 0, nil, false
+		err := s.reclaim.QueryRowContext(ctx, request, guid, maxAttempts, maxAttempts).Scan(&attempt, &stored)
 		if errors.Is(err, sql.ErrNoRows) {
-			attempt = 0
 			return nil
 		}
+		claimed = err == nil
 		return err
 	}})
 	if err != nil {
-		return 0, false, fmt.Errorf("reclaim %s: %w", guid, err)
+		return 0, nil, false, fmt.Errorf("reclaim %s: %w", guid, err)
 	}
-	return attempt, attempt > 0, nil
+	return attempt, stored, claimed, nil
 }
 
 // Finish records the outcome of the holder's claim (docs/ledger.md: SENT → DONE,
