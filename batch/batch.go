@@ -12,6 +12,7 @@ import (
 
 	"dedup"
 	"dedup/coreapi"
+	"dedup/holder"
 	"dedup/ledger"
 	"dedup/lhstd"
 )
@@ -36,7 +37,15 @@ func (s ResolveSummary) Fields() []Field {
 // FAILED/E902, anything else leaves the row as it is. Each change is fenced
 // on the row as selected. It never sends a transfer. A ledger error ends the
 // run with the summary so far.
-func Resolve(ctx context.Context, l ledger.Ledger, core *coreapi.Client, minAge time.Duration, log *slog.Logger) (ResolveSummary, error) {
+//
+// It first compares the ledger's clock with this host's and settles
+// nothing while they differ by more than maxSkew (docs/ledger.md
+// "Clocks"): a ledger clock that runs ahead makes young rows look old, and
+// a young row settled FAILED on "not found" may still be on its way.
+func Resolve(ctx context.Context, l ledger.Ledger, core *coreapi.Client, minAge, maxSkew time.Duration, log *slog.Logger) (ResolveSummary, error) {
+	if _, err := ledger.CheckClock(ctx, l, maxSkew); err != nil {
+		return ResolveSummary{}, err
+	}
 	rows, err := l.SelectUnknown(ctx, minAge)
 	if err != nil {
 		return ResolveSummary{}, err
@@ -121,13 +130,13 @@ func (s ReprocessSummary) Fields() []Field {
 
 // Reprocess resends, with its own GUID and its stored request, every
 // FAILED/E902 row with fewer than maxAttempts attempts: reclaim (atomic,
-// attempts + 1), one send, the outcome recorded fenced on the attempt.
-// UNKNOWN rows are never candidates. Each reclaim is a lease: its request
-// is written to the core only within lease of asking for the reclaim
-// (ledger.LeaseFor), never later.
+// attempts + 1), then the holder's one sequence (package holder: lease,
+// confirmation on a shared ledger, one send, the outcome recorded fenced
+// on the attempt). UNKNOWN rows are never candidates. sender must send
+// through the ledger l.
 //
 // A dry run changes nothing: it reports which rows a real run would send.
-func Reprocess(ctx context.Context, l ledger.Ledger, core *coreapi.Client, maxAttempts int, lease time.Duration, dryRun bool, log *slog.Logger) (ReprocessSummary, error) {
+func Reprocess(ctx context.Context, l ledger.Ledger, sender *holder.Sender, maxAttempts int, dryRun bool, log *slog.Logger) (ReprocessSummary, error) {
 	rows, err := l.SelectFailed(ctx, maxAttempts)
 	if err != nil {
 		return ReprocessSummary{}, err
@@ -148,19 +157,18 @@ func Reprocess(ctx context.Context, l ledger.Ledger, core *coreapi.Client, maxAt
 			log.Warn("reprocess: no stored request; skipped, an operator must review", "guid", row.GUID)
 			continue
 		}
-		req, err := lhstd.ParseRequest(row.Request)
-		if err != nil || req.GUID != row.GUID {
+		if _, err := storedRequest(row.GUID, row.Request); err != nil {
 			sum.Skipped++
 			log.Error("reprocess: stored request is not a valid request for this GUID; skipped, an operator must review", "guid", row.GUID, "error", err)
 			continue
 		}
-		asked := time.Now()
 		if dryRun {
 			sum.WouldSend++
 			log.Info("reprocess (dry run): would send", "guid", row.GUID, "attempts", row.Attempts)
 			continue
 		}
-		attempt, claimed, err := l.Reclaim(ctx, row.GUID, nil, maxAttempts)
+		asked := time.Now()
+		attempt, stored, claimed, err := l.Reclaim(ctx, row.GUID, nil, maxAttempts)
 		if err != nil {
 			s, _ := finish()
 			return s, err
@@ -170,39 +178,62 @@ func Reprocess(ctx context.Context, l ledger.Ledger, core *coreapi.Client, maxAt
 			log.Info("reprocess: row reclaimed by someone else first; skipped", "guid", row.GUID)
 			continue
 		}
-		sum.Sent++
-		start := time.Now()
-		// Once reclaimed, the send and its record run to the end even if
-		// the job is interrupted.
-		res := core.Transfer(context.WithoutCancel(ctx), coreapi.NewTransferRequest(req), asked.Add(lease))
-		out := ledger.Outcome{State: res.State, RspCode: res.Code}
-		if res.State == dedup.StateDone {
-			out.Response = lhstd.Reply(row.Request, res.Code, res.Body)
+		if err := sendReclaimed(ctx, l, sender, row.GUID, attempt, stored, asked, &sum, log); err != nil {
+			s, _ := finish()
+			return s, err
 		}
-		recorded, err := l.Finish(context.WithoutCancel(ctx), row.GUID, attempt, out)
-		args := []any{"guid", row.GUID, "code", res.Code, "attempts", attempt, "ms", time.Since(start).Milliseconds()}
-		if res.Detail != "" {
-			args = append(args, "detail", res.Detail)
-		}
-		switch {
-		case err != nil || !recorded:
-			sum.Unknown++
-			log.Error("reprocess: outcome not recorded; the row will be settled by inquiry", append(args, "error", err)...)
-			if err != nil {
-				s, _ := finish()
-				return s, err
-			}
-			continue
-		case res.State == dedup.StateDone:
-			sum.Done++
-		case res.State == dedup.StateUnknown:
-			sum.Unknown++
-		default:
-			sum.Failed++
-		}
-		log.Info("reprocess: sent", append(args, "state", "FAILED->"+string(res.State))...)
 	}
 	return finish()
+}
+
+// storedRequest parses a row's stored request and checks that it is guid's.
+func storedRequest(guid string, stored []byte) (*lhstd.Request, error) {
+	req, err := lhstd.ParseRequest(stored)
+	if err != nil {
+		return nil, err
+	}
+	if req.GUID != guid {
+		return nil, fmt.Errorf("it names GUID %s", req.GUID)
+	}
+	return req, nil
+}
+
+// sendReclaimed sends one row reprocess reclaimed, the request the reclaim
+// returned (it is what the row holds now), and counts how it ended. Once
+// reclaimed, the send and its record run to the end even if the job is
+// interrupted. A ledger error is returned: the run stops there.
+func sendReclaimed(ctx context.Context, l ledger.Ledger, sender *holder.Sender, guid string, attempt int, stored []byte, asked time.Time,
+	sum *ReprocessSummary, log *slog.Logger) error {
+	req, err := storedRequest(guid, stored)
+	if err != nil {
+		// Changed since it was selected: give the claim back unsent.
+		sum.Skipped++
+		log.Error("reprocess: the reclaimed row's request is not usable; given back unsent, an operator must review", "guid", guid, "error", err)
+		_, ferr := l.Finish(context.WithoutCancel(ctx), guid, attempt, ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent})
+		return ferr
+	}
+	sum.Sent++
+	start := time.Now()
+	sent := sender.Send(ctx, holder.Claim{Request: req, Attempt: attempt, Asked: asked, Received: stored})
+	res := sent.Result
+	args := []any{"guid", guid, "code", res.Code, "attempts", attempt, "ms", time.Since(start).Milliseconds()}
+	if res.Detail != "" {
+		args = append(args, "detail", res.Detail)
+	}
+	switch {
+	case sent.RecordErr != nil || !sent.Recorded:
+		sum.Unknown++
+		log.Error("reprocess: outcome not recorded; the row will be settled by inquiry", append(args, "error", sent.RecordErr)...)
+		return sent.RecordErr
+	case res.State == dedup.StateDone:
+		sum.Done++
+	case res.State == dedup.StateUnknown:
+		sum.Unknown++
+	default:
+		sum.Failed++
+	}
+	log.Info("reprocess: sent", append(args, "state", "FAILED->"+string(res.State))...)
+	return nil
 }
 
 // PurgeSummary counts one purge run.
@@ -248,8 +279,15 @@ const purgePause = 10 * time.Millisecond
 // dry run deletes nothing and counts what a real run would delete. If
 // progress is not nil, it is called after every batch with the rows deleted
 // so far and the count there was to delete at the start.
-func Purge(ctx context.Context, l ledger.Ledger, days int, dryRun bool, progress func(deleted, total int64), log *slog.Logger) (PurgeSummary, error) {
+//
+// Like Resolve, it deletes nothing while the ledger's clock and this
+// host's differ by more than maxSkew: a clock that runs ahead would delete
+// rows a channel may still retransmit.
+func Purge(ctx context.Context, l ledger.Ledger, days int, maxSkew time.Duration, dryRun bool, progress func(deleted, total int64), log *slog.Logger) (PurgeSummary, error) {
 	var sum PurgeSummary
+	if _, err := ledger.CheckClock(ctx, l, maxSkew); err != nil {
+		return sum, err
+	}
 	var total int64
 	if dryRun || progress != nil {
 		n, err := l.CountPurgeable(ctx, days)

@@ -226,6 +226,21 @@ type LedgerFlags struct {
 	DBInsecure bool   `name:"db-insecure" help:"Allow a PostgreSQL host that is not loopback without sslmode=verify-full or verify-ca."`
 }
 
+// ClockFlags are the flag of the binaries that decide by age (docs/cli.md:
+// relay, resolve, purge): past --max-clock-skew between the ledger's clock
+// and the host's, nothing is decided by age.
+type ClockFlags struct {
+	MaxClockSkew Seconds `name:"max-clock-skew" default:"5" help:"Seconds the ledger's clock may differ from this host's; past that the job decides nothing by age and exits 1."`
+}
+
+// Validate checks that --max-clock-skew is greater than 0.
+func (c ClockFlags) Validate() error {
+	if c.MaxClockSkew <= 0 {
+		return fmt.Errorf("--max-clock-skew must be greater than 0")
+	}
+	return nil
+}
+
 // WarnInsecure logs what --db itself exposes: a password in the process
 // list, or a PostgreSQL connection allowed without verified TLS.
 func (l LedgerFlags) WarnInsecure(log *slog.Logger) {

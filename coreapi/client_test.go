@@ -69,7 +69,7 @@ func TestTransferAgainstFixture(t *testing.T) {
 		t.Run(tc.memo, func(t *testing.T) {
 			g := "20261129MOB0000000000000000" + tc.memo[:min(5, len(tc.memo))]
 			g = (g + "00000000")[:32]
-			r := c.Transfer(ctx, TransferRequest{GUID: g, From: tc.from, To: tc.to, Amount: tc.amount, Memo: tc.memo}, time.Time{})
+			r := c.Transfer(ctx, TransferRequest{GUID: g, From: tc.from, To: tc.to, Amount: tc.amount, Memo: tc.memo}, time.Time{}, nil)
 			assert.Check(t, is.Equal(r.State, tc.wantState), r.Detail)
 			assert.Check(t, is.Equal(r.Code, tc.wantCode), r.Detail)
 			if tc.wantCode == "0000" {
@@ -120,7 +120,7 @@ func TestTransferAnswerMapping(t *testing.T) {
 				w.Write([]byte(tc.body))
 			}))
 			defer srv.Close()
-			r := newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"), time.Time{})
+			r := newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"), time.Time{}, nil)
 			assert.Check(t, is.Equal(r.Code, tc.wantCode), r.Detail)
 			assert.Check(t, is.Equal(posts.Load(), int32(1)), "POSTs sent")
 		})
@@ -135,7 +135,7 @@ func TestTransferTruncatedBodyIsUnknown(t *testing.T) {
 		hangUp(w)
 	}))
 	defer srv.Close()
-	r := newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"), time.Time{})
+	r := newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"), time.Time{}, nil)
 	assert.Equal(t, r.Code, "E901", r.Detail)
 }
 
@@ -149,7 +149,7 @@ func TestTransferConnectionRefusedIsNotSent(t *testing.T) {
 	assert.NilError(t, err)
 	addr := ln.Addr().String()
 	ln.Close()
-	r := newClient(t, "http://"+addr, time.Second).Transfer(ctx, transfer("x"), time.Time{})
+	r := newClient(t, "http://"+addr, time.Second).Transfer(ctx, transfer("x"), time.Time{}, nil)
 	assert.Equal(t, r.State, dedup.StateFailed)
 	assert.Equal(t, r.Code, "E902", r.Detail)
 }
@@ -166,7 +166,7 @@ func TestTransferStalledBodyIsUnknownAfterTimeout(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	r := newClient(t, srv.URL, 200*time.Millisecond).Transfer(ctx, transfer("x"), time.Time{})
+	r := newClient(t, srv.URL, 200*time.Millisecond).Transfer(ctx, transfer("x"), time.Time{}, nil)
 	assert.Equal(t, r.Code, "E901", r.Detail)
 }
 
@@ -184,8 +184,8 @@ func TestNoRetryOnReusedConnectionReset(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := newClient(t, srv.URL, time.Second)
-	assert.Equal(t, c.Transfer(ctx, transfer("x"), time.Time{}).Code, "0000")
-	r := c.Transfer(ctx, transfer("x"), time.Time{})
+	assert.Equal(t, c.Transfer(ctx, transfer("x"), time.Time{}, nil).Code, "0000")
+	r := c.Transfer(ctx, transfer("x"), time.Time{}, nil)
 	assert.Equal(t, r.Code, "E901", r.Detail)
 	assert.Equal(t, posts.Load(), int32(2), "the POST was replayed")
 }
@@ -194,7 +194,7 @@ func TestNoProxyFromEnvironment(t *testing.T) {
 	t.Setenv("HTTP_PROXY", "http://127.0.0.1:1")
 	t.Setenv("http_proxy", "http://127.0.0.1:1")
 	s := startFixture(t, time.Second)
-	r := newClient(t, s.URL, time.Second).Transfer(ctx, transfer("x"), time.Time{})
+	r := newClient(t, s.URL, time.Second).Transfer(ctx, transfer("x"), time.Time{}, nil)
 	assert.Equal(t, r.Code, "0000", r.Detail)
 }
 
@@ -207,14 +207,14 @@ func TestNoIdempotencyHeader(t *testing.T) {
 		w.Write([]byte(`{"ref":"C1","balance":1,"processed_at":"20261129093001"}`))
 	}))
 	defer srv.Close()
-	assert.Equal(t, newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"), time.Time{}).Code, "0000")
+	assert.Equal(t, newClient(t, srv.URL, time.Second).Transfer(ctx, transfer("x"), time.Time{}, nil).Code, "0000")
 }
 
 func TestLookup(t *testing.T) {
 	s := startFixture(t, time.Second)
 	c := newClient(t, s.URL, time.Second)
 	assert.Equal(t, c.Lookup(ctx, g1).Verdict, NotFound)
-	assert.Equal(t, c.Transfer(ctx, transfer("x"), time.Time{}).Code, "0000")
+	assert.Equal(t, c.Transfer(ctx, transfer("x"), time.Time{}, nil).Code, "0000")
 	l := c.Lookup(ctx, g1)
 	assert.Equal(t, l.Verdict, Found)
 	assert.Assert(t, is.Len(l.Body, 45))
@@ -277,7 +277,7 @@ func TestTransferIsOneWrite(t *testing.T) {
 			c.onConn = func(lc *leaseConn) { got = lc }
 			for i := 0; i < 3; i++ {
 				got = nil
-				r := c.Transfer(ctx, transfer("one write"), time.Now().Add(time.Minute))
+				r := c.Transfer(ctx, transfer("one write"), time.Now().Add(time.Minute), nil)
 				assert.Equal(t, r.Code, "0000")
 				assert.Assert(t, got != nil)
 				got.mu.Lock()
@@ -299,16 +299,16 @@ func TestExpiredLeaseWritesNothing(t *testing.T) {
 			core, _, c := fixtureOver(t, scheme, time.Second)
 			for _, pooled := range []bool{false, true} {
 				if pooled { // leave a keep-alive connection in the pool
-					assert.Equal(t, c.Transfer(ctx, TransferRequest{GUID: "20261129MOB000000000000000000009", From: "11020030004001", To: "11020030004002", Amount: 1, Memo: "warm"}, time.Time{}).Code, "0000")
+					assert.Equal(t, c.Transfer(ctx, TransferRequest{GUID: "20261129MOB000000000000000000009", From: "11020030004001", To: "11020030004002", Amount: 1, Memo: "warm"}, time.Time{}, nil).Code, "0000")
 				}
-				r := c.Transfer(ctx, transfer("late"), time.Now().Add(-time.Millisecond))
+				r := c.Transfer(ctx, transfer("late"), time.Now().Add(-time.Millisecond), nil)
 				assert.Check(t, r.LeaseExpired, "pooled=%v: %+v", pooled, r)
 				assert.Check(t, is.Equal(r.Code, dedup.CodeNotSent))
 				assert.Check(t, is.Equal(r.State, dedup.StateFailed))
 				assert.Check(t, is.Equal(core.Stats().ByGUID[g1], 0), "pooled=%v: the core saw a request sent after its lease", pooled)
 			}
 			// A live lease still goes through on the same client.
-			assert.Equal(t, c.Transfer(ctx, transfer("in time"), time.Now().Add(time.Minute)).Code, "0000")
+			assert.Equal(t, c.Transfer(ctx, transfer("in time"), time.Now().Add(time.Minute), nil).Code, "0000")
 		})
 	}
 }
@@ -349,7 +349,7 @@ func TestTLSFailuresBeforeTheCoreReadsAreE902(t *testing.T) {
 			c, err := New(Config{BaseURL: s.URL, ConnectTimeout: time.Second, Timeout: time.Second, TLS: tc.clientTLS})
 			assert.NilError(t, err)
 			defer c.CloseIdle()
-			r := c.Transfer(ctx, transfer("tls"), time.Now().Add(time.Minute))
+			r := c.Transfer(ctx, transfer("tls"), time.Now().Add(time.Minute), nil)
 			assert.Equal(t, r.Code, tc.want, "%+v", r)
 			want := 0
 			if tc.want == "0000" {

@@ -133,22 +133,31 @@ func (m *memStore) Claim(_ context.Context, guid, txCode string, req []byte) (bo
 	return true, m.durable()
 }
 
-func (m *memStore) Reclaim(_ context.Context, guid string, req []byte, max int) (int, bool, error) {
+func (m *memStore) Reclaim(_ context.Context, guid string, req []byte, max int) (int, []byte, bool, error) {
 	m.mu.Lock()
 	r, ok := m.rows[guid]
 	if !ok || r.State != dedup.StateFailed || r.RspCode != dedup.CodeNotSent || (max > 0 && r.Attempts >= max) {
 		m.mu.Unlock()
-		return 0, false, m.durable()
+		return 0, nil, false, m.durable()
 	}
 	r.State, r.RspCode = dedup.StateSent, ""
 	r.Attempts++
 	if r.Request == nil {
 		r.Request = req
 	}
-	n := r.Attempts
+	n, stored := r.Attempts, r.Request
 	m.mu.Unlock()
-	return n, true, m.durable()
+	return n, stored, true, m.durable()
 }
+
+func (m *memStore) ConfirmClaim(_ context.Context, guid string, attempt int) (ledger.ClaimCheck, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.rows[guid]
+	return ledger.ClaimCheck{Held: ok && r.State == dedup.StateSent && r.Attempts == attempt, Now: time.Now()}, nil
+}
+
+func (m *memStore) Now(context.Context) (time.Time, error) { return time.Now(), nil }
 
 func (m *memStore) Finish(_ context.Context, guid string, attempt int, o ledger.Outcome) (bool, error) {
 	m.mu.Lock()

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"dedup"
-	"dedup/coreapi"
+	"dedup/holder"
 	"dedup/ledger"
 	"dedup/lhstd"
 	"dedup/metrics"
@@ -26,15 +26,16 @@ import (
 type Store interface {
 	Get(ctx context.Context, guid string) (*ledger.Row, error)
 	Claim(ctx context.Context, guid, txCode string, request []byte) (bool, error)
-	Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (int, bool, error)
+	Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (int, []byte, bool, error)
 	Finish(ctx context.Context, guid string, attempt int, o ledger.Outcome) (bool, error)
+	ConfirmClaim(ctx context.Context, guid string, attempt int) (ledger.ClaimCheck, error)
 	SweepOrphans(ctx context.Context, after time.Duration) (int64, error)
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // Core is the part of the core client the relay uses.
 type Core interface {
-	// Transfer sends one transfer (at most one POST).
-	Transfer(ctx context.Context, tr coreapi.TransferRequest, lease time.Time) coreapi.Result
+	holder.Core
 	// Reach obtains a connection to the core and closes it, sending
 	// nothing: how the relay learns that the core is back during an outage.
 	Reach(ctx context.Context) error
@@ -159,13 +160,14 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 		asked := time.Now() // the lease runs from just before the claim is asked for
 		claimed, err := s.store.Claim(ctx, guid, tx.req.TxCode, tx.req.Raw)
 		if err != nil {
+			// The claim counts as not committed (its commit may be
+			// ambiguous) and nothing is sent. A GUID that has a row is
+			// still answered from it (docs/rules.md rule 14): a write
+			// outage must not tell "not delivered" of a transfer that
+			// may have been applied.
 			s.ledgerTrouble(err)
-			// Nothing is sent, and the claim counts as not committed (its
-			// commit may be ambiguous): E902. Only a retransmission of a
-			// finished transfer is still answered from its DONE row: a
-			// full disk stops writes, not reads.
-			if row, rerr := s.store.Get(ctx, guid); rerr == nil && row != nil && row.State == dedup.StateDone {
-				tx.fail(slog.LevelWarn, "ledger cannot be written ("+err.Error()+"); answered from the DONE row")
+			if row, rerr := s.store.Get(ctx, guid); rerr == nil && row != nil {
+				tx.fail(slog.LevelWarn, "ledger cannot be written ("+err.Error()+"); answered from the row")
 				return s.answerExisting(ctx, tx, row, false)
 			}
 			tx.fail(slog.LevelError, "claim failed, not sent: "+err.Error())
@@ -173,7 +175,7 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 		}
 		if claimed {
 			tx.to = string(dedup.StateSent)
-			return s.send(ctx, tx, 1, tx.req.Raw, asked)
+			return s.send(ctx, tx, holder.Claim{Request: tx.req, Attempt: 1, Asked: asked, Received: tx.req.Raw})
 		}
 		row, err := s.store.Get(ctx, guid)
 		if err != nil {
@@ -188,118 +190,89 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 	return tx.replyNew(dedup.CodeNotSent)
 }
 
-// answerExisting answers a GUID that has a row. A FAILED/E902 row is
-// reclaimed and sent again if mayReclaim.
-func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, mayReclaim bool) []byte {
+// answerExisting answers a GUID that has a row, as answerKnown decides; a
+// FAILED/E902 row is reclaimed and sent again if the ledger is writable.
+func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, writable bool) []byte {
 	tx.from, tx.to, tx.attempt = string(row.State), string(row.State), row.Attempts
-	if !lhstd.SameRequest(row.Request, tx.req.Raw) {
-		tx.fail(slog.LevelWarn, "GUID reused for a different request (channel bug); nothing changed")
+	a := answerKnown(row, tx.req, writable)
+	if a.detail != "" {
+		tx.fail(a.level, a.detail)
+	}
+	if a.fromLedger {
+		s.metrics.LedgerAnswer(row.State)
+	}
+	if !a.reclaim {
+		return a.reply
+	}
+	return s.reclaim(ctx, tx)
+}
+
+// reclaim takes a FAILED/E902 row back (attempts + 1) and sends it. While
+// the core counts as down it first makes sure that a connection can be
+// obtained, so that an outage burns no attempt.
+func (s *Server) reclaim(ctx context.Context, tx *txn) []byte {
+	if s.outage.down() {
+		if err := s.core.Reach(ctx); err != nil {
+			s.metrics.LedgerAnswer(dedup.StateFailed)
+			tx.fail(slog.LevelInfo, "core unreachable ("+err.Error()+"): not reclaimed, no attempt used")
+			return tx.replyNew(dedup.CodeNotSent)
+		}
+		s.outage.reached()
+	}
+	asked := time.Now()
+	attempt, stored, claimed, err := s.store.Reclaim(ctx, tx.req.GUID, tx.req.Raw, 0)
+	if err != nil {
+		s.ledgerTrouble(err)
+		s.metrics.LedgerAnswer(dedup.StateFailed)
+		tx.fail(slog.LevelError, "reclaim failed, not sent: "+err.Error())
+		return tx.replyNew(dedup.CodeNotSent)
+	}
+	if !claimed {
+		// Someone else reclaimed it first: answer from what it is now,
+		// without trying again.
+		now, err := s.store.Get(ctx, tx.req.GUID)
+		if err != nil || now == nil {
+			tx.fail(slog.LevelError, "lost the reclaim and cannot read the row; not sent")
+			return tx.replyNew(dedup.CodeNotSent)
+		}
+		return s.answerExisting(ctx, tx, now, false)
+	}
+	tx.to, tx.attempt = string(dedup.StateSent), attempt
+	// Send what the row holds: another holder may have stored a request
+	// there since the row was read.
+	req, err := lhstd.ParseRequest(stored)
+	if err != nil || req.GUID != tx.req.GUID {
+		return s.giveBack(ctx, tx, attempt, fmt.Sprintf("the row's stored request is unusable (%v)", err))
+	}
+	reply := s.send(ctx, tx, holder.Claim{Request: req, Attempt: attempt, Asked: asked, Received: tx.req.Raw})
+	if !lhstd.SameRequest(stored, tx.req.Raw) {
+		tx.fail(slog.LevelWarn, "the row's stored request, sent, differs from this one: answering E904")
 		return tx.replyNew(dedup.CodeGUIDReused)
 	}
-	if row.State != dedup.StateFailed {
-		s.metrics.LedgerAnswer(row.State) // a FAILED row may still be sent: counted below if not
-	}
-	switch row.State {
-	case dedup.StateSent, dedup.StateReceived:
-		return tx.replyNew(dedup.CodeInProgress)
-	case dedup.StateUnknown:
-		return tx.replyNew(dedup.CodeUnknown)
-	case dedup.StateDone:
-		if row.Response != nil {
-			if why := unusableReply(row.Response, tx.req.GUID); why != "" {
-				// Written by another tool: answering it would send the
-				// channel a telegram that is not a reply to it.
-				tx.fail(slog.LevelError, "DONE row's stored reply is unusable ("+why+"); answering E901")
-				return tx.replyNew(dedup.CodeUnknown)
-			}
-			return row.Response // byte for byte, the first request's sent_at included
-		}
-		// A DONE row written by another tool without a stored reply.
-		if row.RspCode != dedup.CodeOK && len(row.RspCode) == 4 {
-			return tx.replyNew(row.RspCode)
-		}
-		tx.fail(slog.LevelError, "DONE row without a stored reply; answering E901")
-		return tx.replyNew(dedup.CodeUnknown)
-	case dedup.StateFailed:
-		if row.RspCode != dedup.CodeNotSent || !mayReclaim {
-			s.metrics.LedgerAnswer(row.State)
-			return tx.replyNew(dedup.CodeNotSent)
-		}
-		if s.outage.down() {
-			// The core refused the last sends: reclaim only once a
-			// connection can be obtained, so that an outage burns no
-			// attempt, and send at once when it can.
-			if err := s.core.Reach(ctx); err != nil {
-				s.metrics.LedgerAnswer(row.State)
-				tx.fail(slog.LevelInfo, "core unreachable ("+err.Error()+"): not reclaimed, no attempt used")
-				return tx.replyNew(dedup.CodeNotSent)
-			}
-			s.outage.reached()
-		}
-		asked := time.Now()
-		attempt, claimed, err := s.store.Reclaim(ctx, tx.req.GUID, tx.req.Raw, 0)
-		if err != nil {
-			s.ledgerTrouble(err)
-			tx.fail(slog.LevelError, "reclaim failed, not sent: "+err.Error())
-			return tx.replyNew(dedup.CodeNotSent)
-		}
-		if !claimed {
-			// Someone else reclaimed it first: answer from what it is now.
-			now, err := s.store.Get(ctx, tx.req.GUID)
-			if err != nil || now == nil {
-				tx.fail(slog.LevelError, "lost the reclaim and cannot read the row; not sent")
-				return tx.replyNew(dedup.CodeNotSent)
-			}
-			return s.answerExisting(ctx, tx, now, false)
-		}
-		stored := row.Request
-		if stored == nil {
-			stored = tx.req.Raw // the reclaim stored the received request
-		}
-		tx.to = string(dedup.StateSent)
-		return s.send(ctx, tx, attempt, stored, asked)
-	}
-	tx.fail(slog.LevelError, "row in unknown state "+string(row.State))
-	return tx.replyNew(dedup.CodeUnknown)
+	return reply
 }
 
-// unusableReply says why a DONE row's stored reply cannot be sent back
-// as the reply to guid ("" if it can): shorter than a header, another
-// GUID's, no code, or too long for a frame.
-func unusableReply(reply []byte, guid string) string {
-	switch {
-	case len(reply) < lhstd.HeaderLen:
-		return fmt.Sprintf("%d bytes, shorter than a header", len(reply))
-	case len(reply) > lhstd.MaxTelegram:
-		return fmt.Sprintf("%d bytes, longer than a frame may carry", len(reply))
-	case string(reply[:len(guid)]) != guid:
-		return "it names another GUID"
-	case !lhstd.IsResponseCode(lhstd.ReplyCode(reply)):
-		return "no response code in it"
+// giveBack ends a claim that must not be sent: nothing was written to the
+// core, so the row goes back to FAILED/E902 (fenced on the attempt).
+func (s *Server) giveBack(ctx context.Context, tx *txn, attempt int, why string) []byte {
+	tx.fail(slog.LevelError, why+"; not sent")
+	recorded, err := s.store.Finish(ctx, tx.req.GUID, attempt, ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent})
+	if err == nil && recorded {
+		tx.to = string(dedup.StateFailed)
 	}
-	return ""
+	return tx.replyNew(dedup.CodeNotSent)
 }
 
-// send calls the core for a claim this relay holds, records the outcome
-// (fenced on attempt) and returns the reply. stored is the row's stored
-// request: a DONE reply is built from it, so the channel gets exactly the
-// telegram that retransmissions will get.
-//
-// asked is when the claim was asked for: the holder's lease runs from then.
-func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte, asked time.Time) []byte {
-	tx.attempt = attempt
-	if s.beforeSend != nil {
-		s.beforeSend(tx.req.Transfer.Memo)
-	}
-	var lease time.Time
-	if s.lease > 0 {
-		lease = asked.Add(s.lease)
-	}
+// send sends a claim this relay holds through the one holder sequence
+// (package holder), and accounts for it: the outage rule, the metrics and
+// the log line. It returns the reply.
+func (s *Server) send(ctx context.Context, tx *txn, c holder.Claim) []byte {
+	tx.attempt = c.Attempt
 	s.metrics.Inflight(1)
 	defer s.metrics.Inflight(-1)
-	coreStart := time.Now()
-	res := s.core.Transfer(ctx, coreapi.NewTransferRequest(tx.req), lease)
-	tx.core = time.Since(coreStart)
+	sent := s.sender.Send(ctx, c)
+	res := sent.Result
+	tx.core = sent.CoreTime
 	s.outage.record(res)
 	if !res.LeaseExpired { // refused for its lease, nothing was POSTed
 		s.metrics.CoreRequest(res.State, tx.core)
@@ -307,37 +280,17 @@ func (s *Server) send(ctx context.Context, tx *txn, attempt int, stored []byte, 
 	if res.Detail != "" {
 		tx.fail(slog.LevelWarn, res.Detail)
 	}
-	out := ledger.Outcome{State: res.State, RspCode: res.Code}
-	var reply []byte
-	if res.State == dedup.StateDone {
-		reply = lhstd.Reply(stored, res.Code, res.Body)
-		out.Response = reply
-	} else {
-		reply = tx.replyNew(res.Code)
-	}
-	recorded, err := s.store.Finish(ctx, tx.req.GUID, attempt, out)
-	if err == nil && recorded {
+	if sent.Recorded {
 		tx.to = string(res.State)
-		return reply
+		return sent.Reply
 	}
-	// Record, then reply (docs/rules.md rule 10): the outcome is not in the
-	// ledger. Tell the channel the truth where it is known and "unknown"
-	// otherwise: a channel told "rejected" must never see the transfer
-	// applied later, when the row is settled by inquiry.
-	if err != nil {
-		s.ledgerTrouble(err)
-		tx.fail(slog.LevelError, "outcome "+res.Code+" not recorded: "+err.Error())
+	// Record, then reply (docs/rules.md rule 10): the outcome is not in
+	// the ledger; the holder's reply says what is known.
+	if sent.RecordErr != nil {
+		s.ledgerTrouble(sent.RecordErr)
+		tx.fail(slog.LevelError, "outcome "+res.Code+" not recorded: "+sent.RecordErr.Error())
 	} else {
 		tx.fail(slog.LevelError, "outcome "+res.Code+" not recorded: the row is no longer this claim's (fenced)")
 	}
-	if res.Applied() {
-		return reply
-	}
-	if res.LeaseExpired {
-		// Known too: no byte of this request left the process, so "not
-		// delivered by this send" (E902) is the truth, whoever holds the
-		// row now; the channel's retransmission gets the row's answer.
-		return reply
-	}
-	return tx.replyNew(dedup.CodeUnknown)
+	return sent.Reply
 }

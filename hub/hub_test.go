@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ type countingCore struct {
 	reachErr error
 }
 
-func (c *countingCore) Transfer(context.Context, coreapi.TransferRequest, time.Time) coreapi.Result {
+func (c *countingCore) Transfer(context.Context, coreapi.TransferRequest, time.Time, coreapi.Confirm) coreapi.Result {
 	c.calls.Add(1)
 	return c.res
 }
@@ -121,25 +122,34 @@ func (u unwritable) Claim(context.Context, string, string, []byte) (bool, error)
 	return false, errors.New("database or disk is full")
 }
 
-func (u unwritable) Reclaim(context.Context, string, []byte, int) (int, bool, error) {
-	return 0, false, errors.New("database or disk is full")
+func (u unwritable) Reclaim(context.Context, string, []byte, int) (int, []byte, bool, error) {
+	return 0, nil, false, errors.New("database or disk is full")
 }
 
-// When a claim cannot be committed nothing is sent and the claim counts as
-// not committed (E902), even if a row exists (it may be this very claim,
-// committed ambiguously); only a finished transfer's retransmission is
-// answered from its DONE row, byte for byte.
-func TestClaimThatCannotBeCommittedSendsNothing(t *testing.T) {
+func (u unwritable) Finish(context.Context, string, int, ledger.Outcome) (bool, error) {
+	return false, errors.New("database or disk is full")
+}
+
+// When a claim cannot be committed nothing is sent, and a GUID that has a
+// row is answered from it exactly as the state table says (docs/rules.md
+// rule 14): only a GUID without a row, or a FAILED row that cannot be
+// reclaimed now, gets E902 ("not delivered"). A SENT row may be this very
+// claim, committed ambiguously: E903 is the truth about it either way.
+func TestWriteOutageAnswersKnownGUIDsFromTheirRows(t *testing.T) {
 	stored := lhstd.Reply(request(t, 150000), dedup.CodeOK, okBody(t))
 	for _, tc := range []struct {
 		name     string
 		row      *ledger.Row
+		request  []byte // nil: the row's own request
 		wantCode string
 	}{
-		{"new GUID", nil, "E902"},
-		{"a SENT row (perhaps this claim, committed ambiguously)", &ledger.Row{State: dedup.StateSent, Attempts: 1}, "E902"},
-		{"a FAILED row", &ledger.Row{State: dedup.StateFailed, RspCode: "E902", Attempts: 1}, "E902"},
-		{"a DONE row is answered from the ledger", &ledger.Row{State: dedup.StateDone, RspCode: "0000", Response: stored, Attempts: 1}, "0000"},
+		{"new GUID", nil, nil, "E902"},
+		{"a SENT row", &ledger.Row{State: dedup.StateSent, Attempts: 1}, nil, "E903"},
+		{"a RECEIVED row", &ledger.Row{State: dedup.StateReceived}, nil, "E903"},
+		{"an UNKNOWN row", &ledger.Row{State: dedup.StateUnknown, RspCode: "E901", Attempts: 1}, nil, "E901"},
+		{"a FAILED row", &ledger.Row{State: dedup.StateFailed, RspCode: "E902", Attempts: 1}, nil, "E902"},
+		{"a DONE row is answered from the ledger", &ledger.Row{State: dedup.StateDone, RspCode: "0000", Response: stored, Attempts: 1}, nil, "0000"},
+		{"another request under an UNKNOWN row", &ledger.Row{State: dedup.StateUnknown, RspCode: "E901", Attempts: 1}, request(t, 7), "E904"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newMemStore()
@@ -148,13 +158,28 @@ func TestClaimThatCannotBeCommittedSendsNothing(t *testing.T) {
 				r.GUID, r.Request = g1, request(t, 150000)
 				st.rows[g1] = &r
 			}
+			req := tc.request
+			if req == nil {
+				req = request(t, 150000)
+			}
+			before := ""
+			if tc.row != nil {
+				before = fmt.Sprintf("%+v", *st.rows[g1])
+			}
 			core := &countingCore{res: coreapi.Result{State: dedup.StateDone, Code: "0000", Body: okBody(t)}}
 			s := New(Config{Store: unwritable{st}, Core: core})
-			reply := s.Process(request(t, 150000))
+			reply := s.Process(req)
 			assert.Equal(t, lhstd.ReplyCode(reply), tc.wantCode)
 			assert.Equal(t, core.calls.Load(), int32(0), "a transfer was sent without a committed claim")
 			if tc.wantCode == "0000" {
 				assert.Equal(t, string(reply), string(stored))
+			} else {
+				assert.Equal(t, string(reply), string(lhstd.Reply(req, tc.wantCode, nil)), "not built from the request just received")
+			}
+			if tc.row != nil {
+				assert.Equal(t, fmt.Sprintf("%+v", *st.rows[g1]), before, "the row changed")
+			} else {
+				assert.Equal(t, len(st.rows), 0)
 			}
 		})
 	}

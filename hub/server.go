@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"dedup/holder"
+	"dedup/ledger"
 	"dedup/lhstd"
 	"dedup/metrics"
 )
@@ -55,6 +57,14 @@ type Config struct {
 	// MaxConns bounds the open channel connections, TLS handshakes
 	// included (0: DefaultMaxConns); one more is closed at once.
 	MaxConns int
+	// ConfirmClaims makes every holder confirm its claim on the ledger's
+	// clock just before the request's first byte (docs/rules.md rule 13):
+	// set for a ledger shared by several hosts (PostgreSQL).
+	ConfirmClaims bool
+	// MaxClockSkew is --max-clock-skew: past that difference between the
+	// ledger's clock and the host's, nothing is decided by age (0:
+	// ledger.DefaultMaxClockSkew).
+	MaxClockSkew time.Duration
 	// BeforeSend, if set, is called with the memo between a claim and its
 	// send. It is a test hook (nil in every release binary): the
 	// frozen-holder test's relay stops itself there.
@@ -133,7 +143,8 @@ type Server struct {
 	tls          *tls.Config
 	clientCerts  bool
 	maxConns     int
-	beforeSend   func(memo string)
+	sender       *holder.Sender
+	clock        clockWatch
 
 	shuttingDown atomic.Bool
 	mu           sync.Mutex
@@ -152,7 +163,7 @@ func New(cfg Config) *Server {
 		idleTimeout: cfg.IdleTimeout, frameTimeout: cfg.FrameTimeout, writeTimeout: cfg.WriteTimeout,
 		orphanAfter: cfg.OrphanAfter, sweepEvery: cfg.SweepInterval, lease: cfg.Lease,
 		outage: newOutage(cfg.OutageAfter), metrics: cfg.Metrics,
-		tls: cfg.TLS, clientCerts: cfg.ClientCerts, maxConns: cfg.MaxConns, beforeSend: cfg.BeforeSend,
+		tls: cfg.TLS, clientCerts: cfg.ClientCerts, maxConns: cfg.MaxConns,
 		listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
 		stopSweep: make(chan struct{}), sweepDone: make(chan struct{}),
 	}
@@ -175,14 +186,33 @@ func New(cfg Config) *Server {
 	if s.sweepEvery <= 0 {
 		s.sweepEvery = SweepInterval
 	}
+	s.clock = clockWatch{max: cfg.MaxClockSkew, log: s.log, metrics: s.metrics, start: time.Now()}
+	if s.clock.max <= 0 {
+		s.clock.max = ledger.DefaultMaxClockSkew
+	}
+	s.sender = &holder.Sender{Ledger: s.store, Core: s.core, Lease: cfg.Lease, Confirm: cfg.ConfirmClaims,
+		MaxClockSkew: s.clock.max, OnClock: s.clock.leaseChecked, BeforeSend: cfg.BeforeSend}
 	return s
 }
 
 // SweepOrphans moves SENT/RECEIVED rows older than the orphan bound to
 // UNKNOWN, so that resolve settles them by inquiry. The relay runs it before
 // it starts listening and then every sweep interval.
+//
+// It first compares the ledger's clock with this host's (docs/ledger.md
+// "Clocks"): while they differ by more than --max-clock-skew it sweeps
+// nothing, since a ledger clock that runs ahead would take live claims
+// from their holders.
 func (s *Server) SweepOrphans(ctx context.Context) error {
 	if s.orphanAfter <= 0 {
+		return nil
+	}
+	s.clock.observeWall(time.Now())
+	r, err := ledger.MeasureClock(ctx, s.store)
+	if err != nil {
+		return err
+	}
+	if !s.clock.ageDecisionsAllowed(r, metrics.AgeDecisionSweep) {
 		return nil
 	}
 	n, err := s.store.SweepOrphans(ctx, s.orphanAfter)

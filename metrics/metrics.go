@@ -54,7 +54,17 @@ type Relay struct {
 	oldest        map[dedup.State]prometheus.Gauge
 	rejected      map[string]prometheus.Counter
 	certExpiry    *prometheus.GaugeVec
+	clockSkew     prometheus.Gauge
+	clockSteps    prometheus.Counter
+	ageSkipped    map[string]prometheus.Counter
 }
+
+// Age decisions the relay skips while the clocks disagree (the what label
+// of dedup_age_decisions_skipped_total).
+const (
+	AgeDecisionSweep = "sweep"
+	AgeDecisionLease = "lease"
+)
 
 // Reasons a channel connection or telegram is refused before the ledger
 // (the reason label of dedup_channel_rejected_total).
@@ -103,6 +113,19 @@ func New() *Relay {
 		Help: "Channel connections or telegrams refused before the ledger, by reason."}, []string{"reason"})
 	m.certExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_tls_cert_expiry_timestamp_seconds",
 		Help: "NotAfter of the loaded TLS certificate, as a Unix time."}, []string{"cert"})
+	m.clockSkew = prometheus.NewGauge(prometheus.GaugeOpts{Name: "dedup_ledger_clock_skew_seconds",
+		Help: "The ledger's clock minus this host's, as last measured (before each sweep and each lease check)."})
+	m.clockSteps = prometheus.NewCounter(prometheus.CounterOpts{Name: "dedup_clock_steps_total",
+		Help: "Steps of this host's wall clock against its monotonic clock of more than 1 s."})
+	ageSkipped := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_age_decisions_skipped_total",
+		Help: "Age decisions not taken because the ledger's clock and this host's disagreed by more than --max-clock-skew."}, []string{"what"})
+	m.ageSkipped = map[string]prometheus.Counter{}
+	for _, w := range []string{AgeDecisionSweep, AgeDecisionLease} {
+		m.ageSkipped[w] = ageSkipped.WithLabelValues(w)
+	}
+	f(m.clockSkew)
+	f(m.clockSteps)
+	f(ageSkipped)
 	m.rejected = map[string]prometheus.Counter{}
 	for _, r := range []string{RejectTLSHandshake, RejectChannelNotAllowed, RejectMaxConns} {
 		m.rejected[r] = rejected.WithLabelValues(r)
@@ -135,6 +158,32 @@ func (m *Relay) Rejected(reason string) {
 		return
 	}
 	if c, ok := m.rejected[reason]; ok {
+		c.Inc()
+	}
+}
+
+// ClockSkew records the last measured difference between the ledger's
+// clock and the host's.
+func (m *Relay) ClockSkew(d time.Duration) {
+	if m != nil {
+		m.clockSkew.Set(d.Seconds())
+	}
+}
+
+// ClockStep counts a step of the host's wall clock.
+func (m *Relay) ClockStep() {
+	if m != nil {
+		m.clockSteps.Inc()
+	}
+}
+
+// AgeDecisionSkipped counts an age decision (AgeDecisionSweep,
+// AgeDecisionLease) not taken because the clocks disagreed.
+func (m *Relay) AgeDecisionSkipped(what string) {
+	if m == nil {
+		return
+	}
+	if c, ok := m.ageSkipped[what]; ok {
 		c.Inc()
 	}
 }

@@ -17,6 +17,7 @@ type flags struct {
 	cli.LedgerFlags
 	Days   cli.Whole `name:"days" default:"7" help:"Delete DONE rows not updated for this many days; must exceed the longest channel retransmission window."`
 	DryRun bool      `name:"dry-run" help:"Delete nothing; report how many rows a real run would delete."`
+	cli.ClockFlags
 	cli.JobFlags
 	cli.Logging
 }
@@ -38,7 +39,7 @@ func main() {
 	}
 	os.Exit(cli.RunJob("purge", f.DB, f.JobFlags, log, []any{"days", int(f.Days), "dry_run", f.DryRun},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
-			sum, err := batch.Purge(ctx, l, int(f.Days), f.DryRun, progress, log)
+			sum, err := batch.Purge(ctx, l, int(f.Days), f.MaxClockSkew.D(), f.DryRun, progress, log)
 			if progress != nil && !f.DryRun {
 				fmt.Fprintln(os.Stderr)
 			}

@@ -39,6 +39,7 @@ type Flags struct {
 	IdleTimeout    cli.Seconds `name:"idle-timeout" default:"300" help:"Seconds an idle channel connection is kept."`
 	MetricsListen  string      `name:"metrics-listen" placeholder:"ADDR" help:"HTTP address for /metrics, /healthz and /readyz (default off); port 0 picks a free port."`
 	MetricsRefresh cli.Seconds `name:"metrics-refresh" default:"15" help:"Seconds between refreshes of the ledger gauges (dedup_ledger_rows, dedup_ledger_oldest_age_seconds)."`
+	MaxClockSkew   cli.Seconds `name:"max-clock-skew" default:"5" help:"Seconds the ledger's clock may differ from this host's; past that no orphan is swept and no lease is judged by age."`
 	Synchronous    string      `name:"synchronous" enum:"full,normal" default:"full" help:"Durability of each commit: full, or normal (SQLite NORMAL; PostgreSQL: accept synchronous_commit off/local)."`
 	DBInsecure     bool        `name:"db-insecure" help:"Allow a PostgreSQL host that is not loopback without sslmode=verify-full or verify-ca (plain text or an unverified server)."`
 	cli.Logging
@@ -52,7 +53,7 @@ func (f *Flags) Validate() error {
 	for _, c := range []struct {
 		name string
 		v    cli.Seconds
-	}{{"--orphan-after", f.OrphanAfter}, {"--idle-timeout", f.IdleTimeout}} {
+	}{{"--orphan-after", f.OrphanAfter}, {"--idle-timeout", f.IdleTimeout}, {"--max-clock-skew", f.MaxClockSkew}} {
 		if c.v <= 0 {
 			return fmt.Errorf("%s must be greater than 0", c.name)
 		}
@@ -186,7 +187,7 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 		"db", backend.Describe(f.DB), "core", f.Core, "core_roots", f.CoreRoots(),
 		"timeout_s", f.Timeout.D().Seconds(), "connect_timeout_s", f.ConnectTimeout.D().Seconds(),
 		"orphan_after_s", f.OrphanAfter.D().Seconds(), "idle_timeout_s", f.IdleTimeout.D().Seconds(),
-		"lease_s", lease.Seconds(), "synchronous", f.Synchronous, "metrics", metricsAddr,
+		"lease_s", lease.Seconds(), "confirm_claims", backend.Shared(f.DB), "max_clock_skew_s", f.MaxClockSkew.D().Seconds(), "synchronous", f.Synchronous, "metrics", metricsAddr,
 		"version", cli.VersionString())
 	// Scripts that pass port 0 read the port from this line.
 	cli.Listening(os.Stderr, f.LogFormat, "listening addr="+ln.Addr().String())
@@ -214,7 +215,8 @@ func newServer(f *Flags, log *slog.Logger, hooks Hooks, l ledger.Ledger, core *c
 		lease = 0
 	}
 	cfg := hub.Config{Store: store, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D(),
-		Lease: lease, Metrics: m, MaxConns: int(f.MaxConns), BeforeSend: hooks.BeforeSend}
+		Lease: lease, Metrics: m, MaxConns: int(f.MaxConns), BeforeSend: hooks.BeforeSend,
+		ConfirmClaims: backend.Shared(f.DB) && !hooks.NoLease, MaxClockSkew: f.MaxClockSkew.D()}
 	if listenerCerts != nil {
 		var err error
 		if cfg.TLS, err = listenerCerts.ServerConfig(); err != nil {

@@ -11,7 +11,9 @@ import (
 
 	"dedup/batch"
 	"dedup/cli"
+	"dedup/holder"
 	"dedup/ledger"
+	"dedup/ledger/backend"
 )
 
 type flags struct {
@@ -42,7 +44,8 @@ func main() {
 	f.WarnInsecure(log)
 	os.Exit(cli.RunJob("reprocess", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "max_attempts", int(f.MaxAttempts), "dry_run", f.DryRun},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
-			sum, err := batch.Reprocess(ctx, l, core, int(f.MaxAttempts), ledger.LeaseFor(f.ConnectTimeout.D()), f.DryRun, log)
+			sender := &holder.Sender{Ledger: l, Core: core, Lease: ledger.LeaseFor(f.ConnectTimeout.D()), Confirm: backend.Shared(f.DB)}
+			sum, err := batch.Reprocess(ctx, l, sender, int(f.MaxAttempts), f.DryRun, log)
 			if sum.Exhausted > 0 {
 				log.Warn("reprocess: rows at the attempt limit need an operator", "exhausted", sum.Exhausted)
 			}

@@ -16,6 +16,7 @@ type flags struct {
 	cli.LedgerFlags
 	MinAge cli.Seconds `name:"min-age" default:"300" help:"Only UNKNOWN rows at least this many seconds old (longer than the core's longest processing time)."`
 	cli.CoreFlags
+	cli.ClockFlags
 	cli.JobFlags
 	cli.Logging
 }
@@ -31,6 +32,6 @@ func main() {
 	f.WarnInsecure(log)
 	os.Exit(cli.RunJob("resolve", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "min_age_s", f.MinAge.D().Seconds()},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
-			return batch.Resolve(ctx, l, core, f.MinAge.D(), log)
+			return batch.Resolve(ctx, l, core, f.MinAge.D(), f.MaxClockSkew.D(), log)
 		}))
 }

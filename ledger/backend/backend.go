@@ -52,3 +52,10 @@ func Describe(db string) string {
 func IsPostgresURL(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
+
+// Shared reports whether the ledger db names may be shared by processes on
+// several hosts (PostgreSQL). A holder then confirms its claim on the
+// ledger's clock before the first byte of its request (docs/rules.md
+// rule 13): a pause of one host does not stop the others. A SQLite ledger
+// lives on one host, where a pause stops every party at once.
+func Shared(db string) bool { return IsPostgresURL(db) }
