@@ -6,7 +6,8 @@
 # unit tests), iproute2 (the two-hosts test's network namespaces), openssl
 # (the TLS demo's and benchmark's certificates), etcd and Patroni (the
 # high-availability ledger's tests start throwaway clusters of them), spin
-# (the protocol's model check), lintian and systemd-analyze (the Debian
+# (the protocol's model check), faketime and nftables (time and link
+# faults), lintian and systemd-analyze (the Debian
 # packages' checks), and the Go modules. Go itself must be on the machine (1.26 or later). Idempotent
 # and quiet when everything is there already.
 set -euo pipefail
@@ -29,6 +30,10 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # The high-availability ledger's tests: etcd and Patroni (Debian's).
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 [ -x /usr/bin/patroni ] || missing+=(patroni)
+# Time and link faults: libfaketime for a database server whose clock is
+# off, nftables for a broken link between network namespaces.
+[ -n "$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null)" ] || missing+=(faketime)
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
 # The protocol's model checker.
 command -v spin >/dev/null 2>&1 || missing+=(spin)
 # The Debian packages: built with dpkg-deb, checked with lintian.

@@ -35,6 +35,7 @@ type Cluster struct {
 	prefix []string // runs a command as the cluster's owner (and in its namespace)
 	dbSeq  atomic.Int64
 	tls    *TLS
+	env    []string // the server's extra environment (Options.Env)
 }
 
 // TLS are the PEM files of a cluster that serves TLS: its certificate and
@@ -52,6 +53,21 @@ type Options struct {
 	// TLS, if set, turns ssl on with these files; clients on other hosts
 	// are then accepted over TLS only (hostssl).
 	TLS *TLS
+	// Env is added to the server's environment (NAME=VALUE), e.g.
+	// FakeClock's libfaketime settings.
+	Env []string
+}
+
+// FakeClock returns the environment that runs a server whose wall clock
+// is offset from the host's (libfaketime, Debian's faketime package; the
+// monotonic clock stays true), as after a failover to a node whose clock
+// is off. offset is libfaketime's syntax: "+600" is ten minutes ahead.
+func FakeClock(offset string) ([]string, error) {
+	libs, _ := filepath.Glob("/usr/lib/*/faketime/libfaketime.so.1")
+	if len(libs) == 0 {
+		return nil, fmt.Errorf("libfaketime not found: install Debian's faketime (scripts/setup.sh does)")
+	}
+	return []string{"LD_PRELOAD=" + libs[0], "FAKETIME=" + offset, "FAKETIME_DONT_FAKE_MONOTONIC=1", "FAKETIME_NO_CACHE=1"}, nil
 }
 
 // BinDir finds the newest installed PostgreSQL's binaries (the HA
@@ -90,7 +106,7 @@ func Start(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Host: opts.Host, bin: bin, tls: opts.TLS}
+	c := &Cluster{Host: opts.Host, bin: bin, tls: opts.TLS, env: opts.Env}
 	if c.Host == "" {
 		c.Host = "127.0.0.1"
 	}
@@ -181,7 +197,17 @@ func (c *Cluster) installTLS(t *TLS) error {
 }
 
 func (c *Cluster) run(name string, args ...string) ([]byte, error) {
-	argv := append(append([]string{}, c.prefix...), filepath.Join(c.bin, name))
+	return c.runEnv(nil, name, args...)
+}
+
+// runEnv is run with env added to the command's environment (through
+// env(1), so that it survives runuser and ip netns exec).
+func (c *Cluster) runEnv(env []string, name string, args ...string) ([]byte, error) {
+	argv := append([]string{}, c.prefix...)
+	if len(env) > 0 {
+		argv = append(append(argv, "env"), env...)
+	}
+	argv = append(argv, filepath.Join(c.bin, name))
 	argv = append(argv, args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = c.Dir
@@ -196,7 +222,7 @@ func (c *Cluster) StartServer() error {
 	if c.tls != nil {
 		o += " -c ssl=on"
 	}
-	if out, err := c.run("pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-l", filepath.Join(c.Dir, "log"), "-w", "-t", "60", "-o", o, "start"); err != nil {
+	if out, err := c.runEnv(c.env, "pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-l", filepath.Join(c.Dir, "log"), "-w", "-t", "60", "-o", o, "start"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(c.Dir, "log"))
 		return fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
 	}

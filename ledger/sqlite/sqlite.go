@@ -53,6 +53,7 @@ type Ledger struct {
 	idle     *sync.Cond
 	faults   *ledger.Faults
 	onCommit func(time.Duration, int)
+	warn     func(string, ...any)
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -179,7 +180,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	wdb.SetConnMaxIdleTime(0)
 	wdb.SetConnMaxLifetime(0)
 
-	l := &Ledger{wdb: wdb, faults: opts.Faults, onCommit: opts.OnCommit}
+	l := &Ledger{wdb: wdb, faults: opts.Faults, onCommit: opts.OnCommit, warn: opts.Warn}
 	l.idle = sync.NewCond(&l.mu)
 	fail := func(err error) (*Ledger, error) {
 		if l.conn != nil {
