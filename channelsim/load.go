@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -31,6 +32,9 @@ type LoadConfig struct {
 	Progress io.Writer // if set, a progress line every second
 	// TLS, if set, makes every connection speak TLS to the relay.
 	TLS *tls.Config
+	// Dial, if set, opens the plain connections (from another network
+	// namespace, for example); TLS must then be nil.
+	Dial func(addr string, timeout time.Duration) (net.Conn, error)
 }
 
 // LoadReport is the result of Load.
@@ -231,7 +235,7 @@ func (ld *loader) connection(ctx context.Context, id int) {
 			st.guids = append(st.guids, h.GUID)
 		}
 		if conn == nil {
-			c, err := DialTLS(cfg.Relay, cfg.Timeout, cfg.TLS)
+			c, err := cfg.dial()
 			if err != nil {
 				st.nErr++
 				if st.nErr > 100 {
@@ -306,4 +310,16 @@ func (ld *loader) finish() *LoadReport {
 		r.P50, r.P90, r.P99, r.Max = pct(0.50), pct(0.90), pct(0.99), lats[len(lats)-1]
 	}
 	return r
+}
+
+// dial opens one connection to the relay as cfg says.
+func (cfg *LoadConfig) dial() (*Conn, error) {
+	if cfg.Dial == nil {
+		return DialTLS(cfg.Relay, cfg.Timeout, cfg.TLS)
+	}
+	c, err := cfg.Dial(cfg.Relay, cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c, cfg.Timeout), nil
 }
