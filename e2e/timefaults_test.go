@@ -169,7 +169,9 @@ func TestFastLedgerClockDecidesNothingByAge(t *testing.T) {
 	assert.Assert(t, skew > 590 && skew < 610, "the server's clock is not 600 s ahead (%v): is libfaketime working?", skew)
 	db.applySchema(t)
 	// Rows written by hosts with true clocks.
-	at := func(ago time.Duration) string { return time.Now().Add(-ago).UTC().Format("2006-01-02 15:04:05.999999+00") }
+	at := func(ago time.Duration) string {
+		return time.Now().Add(-ago).UTC().Format("2006-01-02 15:04:05.999999+00")
+	}
 	gU, gS, gD := newGUID(), newGUID(), newGUID()
 	for _, r := range []struct {
 		guid, state string
