@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -46,13 +47,14 @@ var (
 
 // Campaign settings. The relay's orphan bound is its minimum for these
 // timeouts (0.3 + 1 + 7); resolve's --min-age exceeds the core's slowest
-// answer (SLOW = 1.2 s) by the one-second timestamp granularity.
+// answer (SLOW = 1.2 s) plus --timeout (docs/rules.md rule 12) by more than
+// the one-second timestamp granularity.
 const (
 	coreSlow       = "1.2"
 	relayTimeout   = "1"
 	relayConnect   = "0.3"
 	orphanAfter    = 8300 * time.Millisecond
-	resolveMinAge  = "2"
+	resolveMinAge  = "4"
 	maxAttempts    = 3
 	channelTimeout = 2500 * time.Millisecond
 )
@@ -89,6 +91,7 @@ type counters struct {
 	tx, retrans, hangups, bursts                                        atomic.Int64
 	relayKill, relayTerm, coreDown, coreKill, resolve, reprocess, purge atomic.Int64
 	dbRestart, relayFreeze                                              atomic.Int64
+	linkBlackHole, linkPartition                                        atomic.Int64
 	haPostmaster, haHostLoss, haSwitchover, haSyncLost, haIsolated      atomic.Int64
 }
 
@@ -220,8 +223,9 @@ func TestFaultCampaign(t *testing.T) {
 	n := total
 	fmt.Printf("faults: runs=%d seconds=%.0f transactions=%d retransmissions=%d hangups=%d bursts=%d\n",
 		*fRuns, time.Since(begin).Seconds(), n.tx.Load(), n.retrans.Load(), n.hangups.Load(), n.bursts.Load())
-	fmt.Printf("faults injected: relay_kill9=%d relay_sigterm=%d relay_sigstop=%d core_down=%d core_kill9=%d db_restart=%d resolve=%d reprocess=%d purge=%d\n",
-		n.relayKill.Load(), n.relayTerm.Load(), n.relayFreeze.Load(), n.coreDown.Load(), n.coreKill.Load(), n.dbRestart.Load(), n.resolve.Load(), n.reprocess.Load(), n.purge.Load())
+	fmt.Printf("faults injected: relay_kill9=%d relay_sigterm=%d relay_sigstop=%d core_down=%d core_kill9=%d link_black_hole=%d link_partition=%d db_restart=%d resolve=%d reprocess=%d purge=%d\n",
+		n.relayKill.Load(), n.relayTerm.Load(), n.relayFreeze.Load(), n.coreDown.Load(), n.coreKill.Load(), n.linkBlackHole.Load(), n.linkPartition.Load(),
+		n.dbRestart.Load(), n.resolve.Load(), n.reprocess.Load(), n.purge.Load())
 	if *fLedger == "patroni" {
 		fmt.Printf("faults injected (HA): primary_postmaster_kill9=%d primary_host_lost=%d primary_isolated=%d switchover=%d sync_standby_lost=%d\n",
 			n.haPostmaster.Load(), n.haHostLoss.Load(), n.haIsolated.Load(), n.haSwitchover.Load(), n.haSyncLost.Load())
@@ -489,6 +493,12 @@ func (c *campaign) faults(ctx context.Context) {
 		case c.ha != nil:
 			kinds = 10
 		}
+		if c.intn(kinds+1) == kinds {
+			// A broken link to the core that heals later (docs/rules.md
+			// rule 12), as likely as any other fault.
+			c.linkFault()
+			continue
+		}
 		k := c.intn(kinds)
 		if c.ha != nil && k >= 8 {
 			// A failover fault more often than any other: it is what the
@@ -548,6 +558,40 @@ func (c *campaign) faults(ctx context.Context) {
 			}()
 		}
 	}
+}
+
+// linkFault breaks the link to the core for 1 to 3 s and heals it, with
+// nftables on loopback (root): either a path-MTU black hole (every data
+// segment towards the core dropped, SYNs and ACKs pass) or a full
+// partition (every segment to or from the core's port dropped). The jobs
+// run around it as they always do; a request given up on must never reach
+// the core after the heal (check 1).
+func (c *campaign) linkFault() {
+	_, port, _ := net.SplitHostPort(c.coreAddr)
+	table := fmt.Sprintf("dedupflt%d", c.seed)
+	nft := func(args ...string) {
+		if out, err := exec.Command("nft", args...).CombinedOutput(); err != nil {
+			c.t.Errorf("seed %d: nft %v: %v: %s (the link fault needs root and Debian's nftables)", c.seed, args, err, out)
+		}
+	}
+	nft("add", "table", "inet", table)
+	heal := func() { exec.Command("nft", "delete", "table", "inet", table).Run() }
+	c.t.Cleanup(heal)
+	nft("add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; }")
+	d := time.Duration(1000+c.intn(2000)) * time.Millisecond
+	if c.intn(2) == 0 {
+		c.n.linkBlackHole.Add(1)
+		c.logf("link to the core: data segments dropped (black hole) for %v", d)
+		nft("add", "rule", "inet", table, "out", "tcp", "dport", port, "ip", "length", ">", "60", "drop")
+	} else {
+		c.n.linkPartition.Add(1)
+		c.logf("link to the core: partitioned for %v", d)
+		nft("add", "rule", "inet", table, "out", "tcp", "dport", port, "drop")
+		nft("add", "rule", "inet", table, "out", "tcp", "sport", port, "drop")
+	}
+	time.Sleep(d)
+	heal()
+	c.logf("link to the core healed")
 }
 
 // haMinLoad is the least load per run on an HA ledger: the first fault
@@ -690,7 +734,7 @@ func (c *campaign) freeze() {
 	time.Sleep(orphanAfter + time.Second)
 	sw := c.relayAt("127.0.0.1:0")
 	sw.stop(c.t, syscall.SIGTERM)
-	time.Sleep(2500 * time.Millisecond) // resolve's --min-age
+	time.Sleep(4500 * time.Millisecond) // resolve's --min-age
 	c.runJob("resolve")
 	c.runJob("reprocess")
 	p.cmd.Process.Signal(syscall.SIGCONT)
