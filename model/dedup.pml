@@ -37,6 +37,25 @@
  *  MUT_REPROCESS_UNKNOWN  reprocess selects UNKNOWN rows too
  *  MUT_PURGE_UNKNOWN      purge deletes UNKNOWN rows too
  *  MUT_RESET_FAILED       a reset after the send is taken for FAILED/E902
+ *  MUT_GRACEFUL_CLOSE     a connection given up on is closed gracefully: the
+ *                         kernel keeps the request and delivers it when the
+ *                         link heals (rule 12)
+ *  MUT_NO_CONFIRM         a holder paused (its monotonic clock stood still)
+ *                         sends without confirming its claim on the
+ *                         ledger's clock (rule 13)
+ *
+ * Two faults of time and links (docs/rules.md rules 12 and 13):
+ *  - a broken link: the request is written but never acknowledged; the
+ *    holder gives up (E901). With TCP_USER_TIMEOUT and the abort, nothing
+ *    of it is left anywhere; under MUT_GRACEFUL_CLOSE it stays in the
+ *    sender's kernel (stuck) and may reach the core at any later moment,
+ *    long after --min-age.
+ *  - a paused VM: the holder stops between its claim and its send, and its
+ *    lease looks unspent when it resumes (live stays true), while the
+ *    ledger's clock went on: the sweep may take the claim meanwhile. The
+ *    holder's confirmation (SENT with its attempts, just before the first
+ *    byte) is atomic with the write here; the microseconds between them in
+ *    reality are the window only a fencing core could close (docs/rules.md).
  */
 
 /* The row's states (NONE: no row). */
@@ -65,7 +84,9 @@ byte faults = FAULTS;
 
 /* faults of the holders, in all */
 byte crashes = 1;        /* a holder dies */
-byte freezes = 1;        /* a holder freezes past its lease between claim and send */
+byte stalls = 1;         /* a holder stops between claim and send: frozen past its lease, or its VM paused */
+bool paused[CAP + COPIES + 1];/* the holder of claim e is paused: its claim looks orphaned on the ledger's clock */
+byte stuck = 0;          /* requests a broken link left in a sender's kernel (only under MUT_GRACEFUL_CLOSE) */
 
 /* the channel */
 chan toRelay = [COPIES] of { bit };
@@ -86,6 +107,12 @@ inline core(e, res) {
 		:: faults > 0 -> faults--; applied++; res = R_E901; printf("core: applies attempt %d, then resets the connection\n", e)
 		:: faults > 0 -> faults--; res = R_E901; printf("core: resets the connection of attempt %d without applying\n", e)
 		:: faults > 0 -> faults--; pending++; res = R_E901; printf("core: still processing attempt %d when its caller times out\n", e)
+#ifdef MUT_GRACEFUL_CLOSE
+		/* With the abort (rule 12) a broken link is "reset without
+		 * applying" above, so the correct model needs no option of its own. */
+		:: faults > 0 -> faults--; res = R_E901; stuck++;
+			printf("link: broken; the request of attempt %d stays in the sender's kernel after the holder gives up\n", e)
+#endif
 		fi;
 		/* (1) the core applies each GUID at most once; (2) never after "rejected" */
 		assert(applied <= 1);
@@ -99,23 +126,38 @@ inline core(e, res) {
 	}
 }
 
-/* the holder of claim e sends, subject to its lease */
+/* the holder of claim e sends, subject to its lease and, on resuming from
+ * a pause, to its confirmation on the ledger's clock */
 inline send(e, res) {
 	if
-	:: atomic { freezes > 0 -> freezes--; live[e] = false }; printf("holder of attempt %d: frozen past its lease\n", e)
+	:: atomic { stalls > 0 -> stalls--; live[e] = false }; printf("holder of attempt %d: frozen past its lease\n", e)
+	:: atomic { stalls > 0 -> stalls--; paused[e] = true; printf("holder of attempt %d: its VM is paused (its own clock stands still)\n", e) };
+		paused[e] = false; printf("holder of attempt %d: resumes, its lease looks unspent\n", e)
 	:: skip
 	fi;
 #ifdef MUT_NO_LEASE
 	if
 	:: true ->
-#else
+#elif defined(MUT_NO_CONFIRM)
 	if
 	:: live[e] ->
+#else
+	if
+	:: atomic { live[e] && st == SENT && att == e -> core(e, res) };
+		goto sent
+	:: atomic { live[e] && !(st == SENT && att == e) -> res = R_LEASE;
+		printf("holder of attempt %d: the claim is no longer its own on the ledger: nothing written\n", e) };
+		goto unsent
+	:: false ->
 #endif
 		core(e, res);
+sent:
+		atomic { inflight[e] = false; live[e] = false }  /* the exchange is over; time passes */
 		atomic { inflight[e] = false; live[e] = false }  /* the exchange is over; time passes */
 	:: else -> res = R_LEASE; printf("holder of attempt %d: lease over, nothing written\n", e)
-	fi
+	fi;
+unsent:
+	skip
 }
 
 /* the holder of claim e records res, fenced: FINISH of docs/ledger.md */
@@ -276,11 +318,25 @@ end:
 	od
 }
 
-/* SWEEP: SENT rows older than --orphan-after become UNKNOWN */
+/* a request a broken link left in a sender's kernel reaches the core when
+ * the link heals, at any moment (MUT_GRACEFUL_CLOSE only) */
+active proctype LateLink() {
+end:
+	do
+	:: atomic {
+		stuck > 0 -> stuck--; applied++; printf("link: heals; a request given up on reaches the core and is applied\n");
+		assert(applied <= 1);
+		assert(!(applied > 0 && told == R_REJ))
+	   }
+	od
+}
+
+/* SWEEP: SENT rows older than --orphan-after become UNKNOWN (a paused
+ * holder's claim ages on the ledger's clock while its own stands still) */
 active proctype Sweep() {
 end:
 	do
-	:: atomic { st == SENT && !live[att] && !inflight[att] -> st = UNKNOWN; rsp = R_E901; upd++;
+	:: atomic { st == SENT && ((!live[att] && !inflight[att]) || paused[att]) -> st = UNKNOWN; rsp = R_E901; upd++;
 		printf("sweep: the orphaned claim of attempt %d becomes UNKNOWN\n", att) }
 	od
 }
@@ -355,7 +411,7 @@ end:
  * exhausted, or purged after DONE; and the ledger agrees with the core. */
 active proctype Settled() {
 	timeout ->
-	assert(pending == 0);
+	assert(pending == 0 && stuck == 0);
 	assert(st == DONE || (st == FAILED && rsp == R_E902 && att >= CAP) || (st == NONE && purged == DONE));
 	assert(!(st == DONE && rsp == R_OK) || applied == 1);
 	assert(!(st == DONE && rsp == R_REJ) || applied == 0);

@@ -15,7 +15,7 @@ trap 'rm -rf "$work"' EXIT
 cp model/dedup.pml "$work/"
 cd "$work"
 
-mutants=(MUT_SELECT_INSERT MUT_NO_FENCE MUT_NO_LEASE MUT_NO_MINAGE MUT_REPROCESS_UNKNOWN MUT_PURGE_UNKNOWN MUT_RESET_FAILED)
+mutants=(MUT_SELECT_INSERT MUT_NO_FENCE MUT_NO_LEASE MUT_NO_MINAGE MUT_REPROCESS_UNKNOWN MUT_PURGE_UNKNOWN MUT_RESET_FAILED MUT_GRACEFUL_CLOSE MUT_NO_CONFIRM)
 declare -A what=(
   [MUT_SELECT_INSERT]="select-then-insert claim"
   [MUT_NO_FENCE]="finish without the attempts fence"
@@ -24,6 +24,8 @@ declare -A what=(
   [MUT_REPROCESS_UNKNOWN]="reprocess selecting UNKNOWN"
   [MUT_PURGE_UNKNOWN]="purge deleting UNKNOWN"
   [MUT_RESET_FAILED]="a reset after the send taken for FAILED"
+  [MUT_GRACEFUL_CLOSE]="a connection given up on closed gracefully: the request arrives when the link heals"
+  [MUT_NO_CONFIRM]="a paused holder sends without confirming its claim on the ledger's clock"
 )
 
 # verify [MACRO]: builds and runs the verifier; its output in pan.out.
