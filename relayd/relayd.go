@@ -104,6 +104,9 @@ type Hooks struct {
 	// NoLease turns the claim's lease off (a test relay that shows what
 	// the lease prevents).
 	NoLease bool
+	// NoConfirm turns off rule 13's confirmation on a shared ledger (the
+	// benchmark's relay that measures what it costs).
+	NoConfirm bool
 	// BeforeSend, if set, is called between a claim and its send (a test
 	// relay that freezes itself there); see hub.Config.BeforeSend.
 	BeforeSend func(memo string)
@@ -216,7 +219,7 @@ func newServer(f *Flags, log *slog.Logger, hooks Hooks, l ledger.Ledger, core *c
 	}
 	cfg := hub.Config{Store: store, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D(),
 		Lease: lease, Metrics: m, MaxConns: int(f.MaxConns), BeforeSend: hooks.BeforeSend,
-		ConfirmClaims: backend.Shared(f.DB) && !hooks.NoLease, MaxClockSkew: f.MaxClockSkew.D()}
+		ConfirmClaims: backend.Shared(f.DB) && !hooks.NoLease && !hooks.NoConfirm, MaxClockSkew: f.MaxClockSkew.D()}
 	if listenerCerts != nil {
 		var err error
 		if cfg.TLS, err = listenerCerts.ServerConfig(); err != nil {

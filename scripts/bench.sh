@@ -21,7 +21,11 @@
 #   confirmed by the synchronous standby); CPU
 #   microseconds per transaction of the relay process (the PostgreSQL
 #   server's own CPU is not in it), and the number of GUIDs the core applied
-#   twice (must be 0).
+#   twice (must be 0). The PostgreSQL ledgers run twice at 16 and 64
+#   connections: once as released, once with a relay built without rule
+#   13's confirmation of each claim before its first byte (postgres-nc,
+#   postgres-ha-nc: e2e/testdata/noconfirmrelay, never released), so that
+#   what the confirmation costs is measured in the same run.
 #
 # Table 3 (real binaries): the cost of TLS. The same load with a SQLite
 #   ledger on the disk, once plain (channels over TCP, the core over http)
@@ -103,14 +107,15 @@ awk -v fsync="$fsync_p50" '
 fi
 
 # load_point DB CORE RELAY_ARGS... -- CHANNEL_ARGS...: runs one point of
-# channel load against a fresh relay and prints its row's numbers.
+# channel load against a fresh relay ($relay_bin, default bin/relay) and
+# prints its row's numbers.
 load_point() {
   local db=$1 core=$2; shift 2
   local rargs=() cargs=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do rargs+=("$1"); shift; done
   shift
   cargs=("$@")
-  bin/relay --db "$db" --listen 127.0.0.1:0 --core "$core" "${rargs[@]}" 2>"$work/relay.log" &
+  "${relay_bin:-bin/relay}" --db "$db" --listen 127.0.0.1:0 --core "$core" "${rargs[@]}" 2>"$work/relay.log" &
   rpid=$!
   relay=$(wait_listening "$work/relay.log")
   before=$(cpu_ticks "$rpid")
@@ -143,15 +148,19 @@ pids+=($hapid)
 for _ in $(seq 1 1200); do grep -q '^node name=node3' "$work/ha.out" && break; sleep 0.1; done
 haurl=$(sed -n 's/^url=//p' "$work/ha.out")
 [ -n "$haurl" ] || { echo "bench: the HA cluster did not start" >&2; cat "$work/ha.log" >&2; exit 1; }
-for where in disk tmpfs postgres postgres-ha; do
+go build -o "$work/" ./e2e/testdata/noconfirmrelay
+for where in disk tmpfs postgres postgres-nc postgres-ha postgres-ha-nc; do
   case "$where" in
     disk) dir="$work" ;;
     tmpfs) dir=$(mktemp -d /dev/shm/dedup-bench.XXXXXX) ;;
   esac
-  for c in 1 16 64; do
-    if [ "$where" = postgres ] || [ "$where" = postgres-ha ]; then
+  relay_bin=bin/relay
+  counts="1 16 64"
+  case "$where" in *-nc) relay_bin="$work/noconfirmrelay" counts="16 64" ;; esac
+  for c in $counts; do
+    if [[ "$where" == postgres* ]]; then
       db="$pgurl"
-      [ "$where" = postgres-ha ] && db="$haurl"
+      [[ "$where" == postgres-ha* ]] && db="$haurl"
       PGOPTIONS="-c client_min_messages=warning" psql "$db" -qc "DROP TABLE IF EXISTS tx" >/dev/null
     else
       rm -f "$dir"/relay.db*
@@ -179,8 +188,13 @@ done
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 wait 2>/dev/null || true
 pids=()
+relay_bin=bin/relay
 awk '$1 == "postgres-ha" && $2 == 64 { ha = $3 } $1 == "disk" && $2 == 64 { full = $3 }
-  END { if (full > 0) printf "target: postgres-ha at 64 conns >= 50%% of SQLite FULL: %.0f%% (%d against %d tx/s)\n", 100*ha/full, ha, full }' "$work/table2.txt"
+  { tps[$1, $2] = $3 }
+  END { if (full > 0) printf "target: postgres-ha at 64 conns >= 50%% of SQLite FULL: %.0f%% (%d against %d tx/s)\n", 100*ha/full, ha, full
+    n = split("postgres postgres-ha", ls, " ")
+    for (i = 1; i <= n; i++) for (c = 16; c <= 64; c *= 4) if ((ls[i] "-nc", c) in tps && tps[ls[i] "-nc", c] > 0)
+      printf "rule 13 confirmation on %s at %d conns: %d tx/s with it, %d without: %+.1f%%\n", ls[i], c, tps[ls[i], c], tps[ls[i] "-nc", c], 100*(tps[ls[i], c]/tps[ls[i] "-nc", c]-1) }' "$work/table2.txt"
 if [ -n "${waits_report:-}" ]; then
   echo "postgres-ha at 64 conns: what the primary's active dedup sessions waited for (share of samples):"
   echo "$waits_report"
