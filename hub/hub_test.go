@@ -277,3 +277,51 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(b)
 }
+
+// recordingCore answers 0000 and keeps what it was sent.
+type recordingCore struct {
+	countingCore
+	mu   sync.Mutex
+	sent []coreapi.TransferRequest
+}
+
+func (c *recordingCore) Transfer(ctx context.Context, tr coreapi.TransferRequest, lease time.Time, confirm coreapi.Confirm) coreapi.Result {
+	c.mu.Lock()
+	c.sent = append(c.sent, tr)
+	c.mu.Unlock()
+	return c.countingCore.Transfer(ctx, tr, lease, confirm)
+}
+
+// storingFirst is a store where, between the relay's read of a FAILED row
+// without a request and its reclaim, another holder stored a different
+// request in the row.
+type storingFirst struct {
+	*memStore
+	other []byte
+}
+
+func (s storingFirst) Reclaim(ctx context.Context, guid string, req []byte, max int) (int, []byte, bool, error) {
+	s.mu.Lock()
+	if r := s.rows[guid]; r != nil && r.Request == nil {
+		r.Request = s.other
+	}
+	s.mu.Unlock()
+	return s.memStore.Reclaim(ctx, guid, req, max)
+}
+
+// A reclaim sends the request the row holds (RETURNING request), not the
+// one just received, when another holder stored a different one meanwhile;
+// the channel whose request differs is told E904.
+func TestReclaimSendsTheRequestTheRowHolds(t *testing.T) {
+	st := newMemStore()
+	st.rows[g1] = &ledger.Row{GUID: g1, State: dedup.StateFailed, RspCode: dedup.CodeNotSent, Attempts: 1}
+	core := &recordingCore{countingCore: countingCore{res: coreapi.Result{State: dedup.StateDone, Code: "0000", Body: okBody(t)}}}
+	stored := request(t, 777)
+	s := New(Config{Store: storingFirst{st, stored}, Core: core})
+	reply := s.Process(request(t, 150000))
+	assert.Equal(t, lhstd.ReplyCode(reply), dedup.CodeGUIDReused)
+	assert.Equal(t, len(core.sent), 1)
+	assert.Equal(t, core.sent[0].Amount, int64(777), "the relay sent the request it received, not the one the row holds")
+	assert.Equal(t, st.rows[g1].State, dedup.StateDone)
+	assert.Equal(t, string(st.rows[g1].Response), string(lhstd.Reply(stored, "0000", okBody(t))))
+}

@@ -223,3 +223,52 @@ func TestPurgedMemoIsNotInTheFile(t *testing.T) {
 		assert.Assert(t, !bytes.Contains(b, []byte(memo)), "the purged memo is still in %s", f)
 	}
 }
+
+// One write's failure is that write's alone: a batch in which one
+// statement is refused by a constraint (an outcome with a state the
+// table's CHECK refuses) commits every other write, and each caller gets
+// its own result. Driven through commitEach directly, so that the batch is
+// exactly these writes.
+func TestOneFailingStatementFailsOnlyItsOwnWrite(t *testing.T) {
+	l, err := Open(filepath.Join(t.TempDir(), "relay.db"), ledger.Options{})
+	assert.NilError(t, err)
+	defer l.Close()
+	g := func(i int) string { return fmt.Sprintf("20261129BAT%021d", i) }
+	for i := 1; i <= 2; i++ {
+		ok, err := l.Claim(ctx, g(i), "TRF00001", []byte("r"))
+		assert.NilError(t, err)
+		assert.Assert(t, ok)
+	}
+	var n [4]int64
+	exec := func(k int, stmt func(*writeStmts) *sql.Stmt, args ...any) *op {
+		return &op{run: func(ctx context.Context, s *writeStmts) error {
+			res, err := stmt(s).ExecContext(ctx, args...)
+			if err != nil {
+				return err
+			}
+			n[k], err = res.RowsAffected()
+			return err
+		}}
+	}
+	claim := func(s *writeStmts) *sql.Stmt { return s.claim }
+	finish := func(s *writeStmts) *sql.Stmt { return s.finish }
+	batch := []*op{
+		exec(0, claim, g(3), "TRF00001", []byte("r")),
+		exec(1, finish, "BOGUS", "0000", []byte("x"), g(2), 1), // violates tx's CHECK
+		exec(2, finish, "DONE", "0000", []byte("x"), g(1), 1),
+		exec(3, claim, g(4), "TRF00001", []byte("r")),
+	}
+	errs, committed := l.commitEach(batch)
+	assert.Check(t, errs[1] != nil, "the failing statement was reported committed")
+	for _, i := range []int{0, 2, 3} {
+		assert.Check(t, errs[i], "write %d failed for another write's statement", i)
+		assert.Check(t, n[i] == 1, "write %d affected %d rows", i, n[i])
+	}
+	assert.Equal(t, committed, 3)
+	for i, want := range map[int]dedup.State{1: dedup.StateDone, 2: dedup.StateSent, 3: dedup.StateSent, 4: dedup.StateSent} {
+		r, err := l.Get(ctx, g(i))
+		assert.NilError(t, err)
+		assert.Assert(t, r != nil, "%s has no row", g(i))
+		assert.Check(t, r.State == want, "%s is %s, want %s", g(i), r.State, want)
+	}
+}

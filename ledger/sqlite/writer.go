@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	sqlite3 "github.com/mattn/go-sqlite3"
+
 	"dedup/ledger"
 )
 
@@ -116,13 +118,16 @@ func (l *Ledger) submit(ctx context.Context, o *op) error {
 	l.mu.Unlock()
 
 	start := time.Now()
-	err := l.commit(b)
-	if err == nil && l.onCommit != nil {
-		l.onCommit(time.Since(start), len(b))
+	errs, committed := l.commitEach(b)
+	if committed > 0 && l.onCommit != nil {
+		l.onCommit(time.Since(start), committed)
 	}
-	for _, x := range b {
+	var err error
+	for i, x := range b {
 		if x != o {
-			x.done <- err
+			x.done <- errs[i]
+		} else {
+			err = errs[i]
 		}
 	}
 
@@ -170,13 +175,46 @@ func (l *Ledger) begin(ctx context.Context) error {
 	}
 }
 
+// commitEach commits batch and returns each write's own result, and how
+// many writes committed. One write's failure is that write's alone
+// (docs/ledger.md): a statement refused by a constraint rolls the
+// transaction back, gets its own error, and the batch is committed again
+// without it. Any other failure (the lock, the disk, the commit) fails
+// every write still in the batch, so no caller believes a write happened
+// that did not.
+func (l *Ledger) commitEach(batch []*op) (errs []error, committed int) {
+	errs = make([]error, len(batch))
+	pending := batch
+	at := make([]int, len(batch)) // pending[k] is batch[at[k]]
+	for i := range at {
+		at[i] = i
+	}
+	for len(pending) > 0 {
+		failed, err := l.commit(pending)
+		if failed < 0 {
+			for _, i := range at {
+				errs[i] = err
+			}
+			if err == nil {
+				committed = len(pending)
+			}
+			return errs, committed
+		}
+		errs[at[failed]] = err
+		pending = append(pending[:failed:failed], pending[failed+1:]...)
+		at = append(at[:failed:failed], at[failed+1:]...)
+	}
+	return errs, 0
+}
+
 // commit runs batch in one BEGIN IMMEDIATE ... COMMIT. If anything fails,
-// the whole batch is rolled back and every op in it gets the error, so no
-// caller believes a write happened that did not.
-func (l *Ledger) commit(batch []*op) (err error) {
+// the whole batch is rolled back; failed is the index of the write whose
+// own statement a constraint refused, or -1 when err is the batch's.
+func (l *Ledger) commit(batch []*op) (failed int, err error) {
+	failed = -1
 	ctx := context.Background() // a batch is never cut short by one caller
 	if err := l.begin(ctx); err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return -1, fmt.Errorf("begin: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -185,18 +223,22 @@ func (l *Ledger) commit(batch []*op) (err error) {
 			l.conn.ExecContext(ctx, "ROLLBACK")
 		}
 	}()
-	for _, o := range batch {
+	for i, o := range batch {
 		if err := o.run(ctx, &l.stmts); err != nil {
-			return translate(err)
+			var se sqlite3.Error
+			if errors.As(err, &se) && se.Code == sqlite3.ErrConstraint {
+				failed = i
+			}
+			return failed, translate(err)
 		}
 	}
 	if err := l.faults.Before(); err != nil {
-		return err
+		return -1, err
 	}
 	if _, err := l.conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return fmt.Errorf("commit: %w", translate(err))
+		return -1, fmt.Errorf("commit: %w", translate(err))
 	}
-	return l.faults.After()
+	return -1, l.faults.After()
 }
 
 // execCount runs one of the prepared writes in the next batch and returns
