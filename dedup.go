@@ -51,6 +51,7 @@ const (
 	CodeNotSent    = "E902" // not sent; may be sent again under the same GUID
 	CodeInProgress = "E903" // this GUID is being processed now
 	CodeGUIDReused = "E904" // the GUID belongs to a different request
+	CodeCancelled  = "E905" // not applied: cancelled by the bank (settle), final; never retried under this GUID
 )
 
 // IsBusinessReject reports whether code is a core rejection for a business
@@ -86,6 +87,8 @@ func CodeMeaning(code string) string {
 		return "in progress; ask again later with the same GUID"
 	case CodeGUIDReused:
 		return "GUID already used for a different request"
+	case CodeCancelled:
+		return "not applied: cancelled by the bank; final, never retried under this GUID"
 	}
 	if IsBusinessReject(code) {
 		return "rejected by the core for a business reason"

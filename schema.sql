@@ -16,3 +16,24 @@ CREATE TABLE IF NOT EXISTS tx (
 -- Every selection (resolve, reprocess, purge, the orphan sweep) filters on
 -- state and then on age.
 CREATE INDEX IF NOT EXISTS tx_state_updated ON tx(state, updated_at);
+
+-- The events: an append-only record of every change to a tx row other than
+-- the relay's claim of a new GUID and the outcome of that first send (the
+-- row and the relay's log line tell those), written in the same transaction
+-- as the change it records, and never updated (spec: settle.md).
+CREATE TABLE IF NOT EXISTS tx_event (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    guid       TEXT    NOT NULL,
+    at         TEXT    NOT NULL DEFAULT (datetime('now')),
+    actor      TEXT    NOT NULL,
+    action     TEXT    NOT NULL,
+    from_state TEXT,
+    to_state   TEXT,
+    rsp_code   TEXT,
+    attempts   INTEGER,
+    detail     TEXT
+);
+CREATE INDEX IF NOT EXISTS tx_event_guid ON tx_event(guid, id);
+CREATE INDEX IF NOT EXISTS tx_event_at ON tx_event(at);
+-- settle list and the relay's gauge read the open proposals through it.
+CREATE INDEX IF NOT EXISTS tx_event_proposals ON tx_event(id) WHERE action='propose';

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"dedup"
@@ -73,9 +74,10 @@ func Resolve(ctx context.Context, l ledger.Ledger, core *coreapi.Client, minAge,
 				log.Error("resolve: core applied it, but the row has no stored request to build the reply from; left for an operator", "guid", row.GUID)
 				continue
 			}
-			out = ledger.Outcome{State: dedup.StateDone, RspCode: dedup.CodeOK, Response: lhstd.Reply(row.Request, dedup.CodeOK, lk.Body)}
+			out = ledger.Outcome{State: dedup.StateDone, RspCode: dedup.CodeOK, Response: lhstd.Reply(row.Request, dedup.CodeOK, lk.Body),
+				Detail: "core lookup: 200, applied (" + strings.TrimSpace(string(lk.Body)) + ")"}
 		case coreapi.NotFound:
-			out = ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent}
+			out = ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent, Detail: "core lookup: 404 NOT_FOUND"}
 		default:
 			log.Warn("resolve: no proof either way; row left as it is", "guid", row.GUID, "status", lk.Status, "detail", lk.Detail)
 			continue
@@ -209,12 +211,13 @@ func sendReclaimed(ctx context.Context, l ledger.Ledger, sender *holder.Sender, 
 		// Changed since it was selected: give the claim back unsent.
 		sum.Skipped++
 		log.Error("reprocess: the reclaimed row's request is not usable; given back unsent, an operator must review", "guid", guid, "error", err)
-		_, ferr := l.Finish(context.WithoutCancel(ctx), guid, attempt, ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent})
+		_, ferr := l.Finish(context.WithoutCancel(ctx), guid, attempt, ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent,
+			Reclaimed: true, Detail: "the reclaimed row's request is not usable: not sent"})
 		return ferr
 	}
 	sum.Sent++
 	start := time.Now()
-	sent := sender.Send(ctx, holder.Claim{Request: req, Attempt: attempt, Asked: asked, Received: stored})
+	sent := sender.Send(ctx, holder.Claim{Request: req, Attempt: attempt, Asked: asked, Received: stored, Reclaimed: true})
 	res := sent.Result
 	args := []any{"guid", guid, "code", res.Code, "attempts", attempt, "ms", time.Since(start).Milliseconds()}
 	if res.Detail != "" {

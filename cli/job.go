@@ -58,7 +58,7 @@ func RunJob(name, db string, jf JobFlags, log *slog.Logger, startAttrs []any, jo
 }
 
 func runJob(ctx context.Context, name, db string, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) (int, batch.Summary) {
-	l, err := backend.Open(db, ledger.Options{Warn: log.Warn})
+	l, err := backend.Open(db, ledger.Options{Warn: log.Warn, Actor: ledger.Actor(name)})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
 		return ExitRuntime, nil

@@ -77,6 +77,9 @@ type Claim struct {
 	// channel request; reprocess passes the stored one): the replies
 	// that are not a stored DONE reply are built from it.
 	Received []byte
+	// Reclaimed: the claim is a reclaim of a FAILED row (not a first
+	// send), so its outcome is recorded with an event.
+	Reclaimed bool
 }
 
 // Sent is how one send ended.
@@ -120,7 +123,10 @@ func (s *Sender) Send(ctx context.Context, c Claim) Sent {
 	start := time.Now()
 	res := s.Core.Transfer(ctx, coreapi.NewTransferRequest(c.Request), lease, confirm)
 	sent := Sent{Result: res, CoreTime: time.Since(start)}
-	sent.Outcome = ledger.Outcome{State: res.State, RspCode: res.Code}
+	sent.Outcome = ledger.Outcome{State: res.State, RspCode: res.Code, Reclaimed: c.Reclaimed}
+	if c.Reclaimed {
+		sent.Outcome.Detail = outcomeDetail(res)
+	}
 	var stored []byte
 	if res.State == dedup.StateDone {
 		stored = lhstd.Reply(c.Request.Raw, res.Code, res.Body)
@@ -146,6 +152,18 @@ func (s *Sender) Send(ctx context.Context, c Claim) Sent {
 		sent.Reply = lhstd.Reply(c.Received, dedup.CodeUnknown, nil)
 	}
 	return sent
+}
+
+// outcomeDetail is the event's why for a reclaimed send's outcome.
+func outcomeDetail(r coreapi.Result) string {
+	d := "core answered " + r.Code
+	if r.Status != 0 {
+		d += fmt.Sprintf(" (HTTP %d)", r.Status)
+	}
+	if r.Detail != "" {
+		d += ": " + r.Detail
+	}
+	return d
 }
 
 // confirm is rule 13's check: the row is still c's claim and, while the

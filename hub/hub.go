@@ -244,7 +244,7 @@ func (s *Server) reclaim(ctx context.Context, tx *txn) []byte {
 	if err != nil || req.GUID != tx.req.GUID {
 		return s.giveBack(ctx, tx, attempt, fmt.Sprintf("the row's stored request is unusable (%v)", err))
 	}
-	reply := s.send(ctx, tx, holder.Claim{Request: req, Attempt: attempt, Asked: asked, Received: tx.req.Raw})
+	reply := s.send(ctx, tx, holder.Claim{Request: req, Attempt: attempt, Asked: asked, Received: tx.req.Raw, Reclaimed: true})
 	if !lhstd.SameRequest(stored, tx.req.Raw) {
 		tx.fail(slog.LevelWarn, "the row's stored request, sent, differs from this one: answering E904")
 		return tx.replyNew(dedup.CodeGUIDReused)
@@ -256,7 +256,8 @@ func (s *Server) reclaim(ctx context.Context, tx *txn) []byte {
 // core, so the row goes back to FAILED/E902 (fenced on the attempt).
 func (s *Server) giveBack(ctx context.Context, tx *txn, attempt int, why string) []byte {
 	tx.fail(slog.LevelError, why+"; not sent")
-	recorded, err := s.store.Finish(ctx, tx.req.GUID, attempt, ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent})
+	recorded, err := s.store.Finish(ctx, tx.req.GUID, attempt, ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent,
+		Reclaimed: true, Detail: why + "; not sent"})
 	if err == nil && recorded {
 		tx.to = string(dedup.StateFailed)
 	}

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"dedup"
@@ -60,11 +61,73 @@ type Row struct {
 	Age time.Duration
 }
 
-// Outcome is what a claim's holder records when its core call ends.
+// Outcome is what a claim's holder (or resolve) records.
 type Outcome struct {
 	State    dedup.State // DONE, UNKNOWN or FAILED
 	RspCode  string
 	Response []byte // the reply telegram for DONE; nil otherwise
+	// Reclaimed: the holder's claim was a reclaim of a FAILED row, so its
+	// outcome writes an "outcome" event (the first send's writes none).
+	Reclaimed bool
+	// Detail is the event's why: the evidence of resolve's verdict, the
+	// core's answer of a reclaimed send.
+	Detail string
+}
+
+// Event actions (docs/ledger.md "Events").
+const (
+	ActionSweep   = "sweep"   // the orphan sweep moved a SENT/RECEIVED row to UNKNOWN
+	ActionReclaim = "reclaim" // a FAILED/E902 row reclaimed for a send (relay or reprocess)
+	ActionOutcome = "outcome" // the outcome of a reclaimed send
+	ActionResolve = "resolve" // resolve settled an UNKNOWN row by inquiry
+	ActionPropose = "propose" // an operator proposed a decision (settle propose); the row is unchanged
+	ActionApprove = "approve" // a second operator approved it: the row changed
+	ActionReject  = "reject"  // a second operator rejected it; the row is unchanged
+	ActionExpire  = "expire"  // it was older than its limit when approved; the row is unchanged
+)
+
+// ErrProposalClosed is returned by Decide when the proposal already has a
+// decision (approved, rejected or expired). Nothing was written.
+var ErrProposalClosed = errors.New("the proposal is no longer open")
+
+// ErrRowChanged is returned by Decide when the row is no longer as it was
+// proposed (state, attempts, updated_at). Nothing was written.
+var ErrRowChanged = errors.New("the row changed since the proposal")
+
+// Decision is a decision on a proposal, recorded by Decide in one
+// transaction: the decision's event and, for an approval, the fenced
+// change of the row.
+type Decision struct {
+	Proposal int64 // the proposal's event id
+	Event    Event // the decision's event (GUID, Actor, Action, Detail, states)
+	// Change, for an approval: the row as proposed (the fence: state,
+	// attempts, updated_at) and what it becomes.
+	From *Row
+	To   Outcome
+}
+
+// ProposalRef is the prefix of a decision event's detail that names its
+// proposal: a decision's detail is a JSON object whose first member is
+// "proposal", so that "is this proposal still open" is one indexed query.
+func ProposalRef(id int64) string { return fmt.Sprintf(`{"proposal":%d,`, id) }
+
+// Event is one row of tx_event: one change to a tx row (or an operator's
+// proposal about one), with who made it and why. Events are only ever
+// appended.
+type Event struct {
+	ID        int64
+	GUID      string
+	At        string // as the database keeps it, UTC
+	Actor     string // relay@HOST, resolve@HOST, ...
+	Action    string
+	FromState string // "" if NULL
+	ToState   string // "" if NULL
+	RspCode   string // "" if NULL
+	Attempts  *int
+	Detail    string // "" if NULL
+	// Age is how long ago the event was written, on the ledger's clock
+	// (EventByID and OpenProposals only).
+	Age time.Duration
 }
 
 // ClaimCheck is what ConfirmClaim read.
@@ -132,6 +195,26 @@ type Ledger interface {
 	ConfirmClaim(ctx context.Context, guid string, attempt int) (ClaimCheck, error)
 	// Now returns the ledger's clock (docs/ledger.md "Clocks").
 	Now(ctx context.Context) (time.Time, error)
+	// Events returns guid's events, oldest first.
+	Events(ctx context.Context, guid string) ([]Event, error)
+	// EventsBetween returns the events at or after since and before until
+	// (zero: no end), oldest first.
+	EventsBetween(ctx context.Context, since, until time.Time) ([]Event, error)
+	// PurgeEvents deletes at most limit events older than days days.
+	PurgeEvents(ctx context.Context, days, limit int) (int64, error)
+	// AddEvent appends an event that changes no row (a proposal) and
+	// returns its id.
+	AddEvent(ctx context.Context, e Event) (int64, error)
+	// EventByID returns one event, with its age on the ledger's clock, or
+	// nil if there is none.
+	EventByID(ctx context.Context, id int64) (*Event, error)
+	// OpenProposals lists the proposals that have no decision yet, oldest
+	// first, with their ages.
+	OpenProposals(ctx context.Context) ([]Event, error)
+	// Decide records d in one transaction if its proposal is still open
+	// (else ErrProposalClosed) and, for an approval, the row is still as
+	// proposed (else ErrRowChanged); either way nothing is written then.
+	Decide(ctx context.Context, d Decision) error
 	// Close releases the ledger. Writes after Close fail with ErrClosed.
 	Close() error
 }
@@ -172,6 +255,9 @@ type Options struct {
 	// Warn, if set, is told of something an operator should fix that does
 	// not stop the ledger from opening (a ledger file others can read).
 	Warn func(msg string, args ...any)
+	// Actor names who writes the events of this handle's changes:
+	// "relay@HOST", "resolve@HOST"; Actor(name) makes it.
+	Actor string
 }
 
 // Faults lets a test make commits fail, to prove that no caller acts on a
@@ -206,6 +292,23 @@ func (f *Faults) After() error {
 		return fmt.Errorf("commit acknowledgement: %w", err)
 	}
 	return nil
+}
+
+// Actor returns the actor name of a binary on this host: name@HOST.
+func Actor(name string) string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "unknown-host"
+	}
+	return name + "@" + h
+}
+
+// ActorOf returns opts' actor, or "unknown" if none was set (tests).
+func ActorOf(opts Options) string {
+	if opts.Actor == "" {
+		return "unknown"
+	}
+	return opts.Actor
 }
 
 // LeaseFor is the lease of a claim whose holder connects to the core within

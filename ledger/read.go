@@ -97,3 +97,40 @@ func Count(row Scanner, what string, translate TranslateError) (int64, error) {
 	}
 	return n, nil
 }
+
+// EventColumns are the event columns both backends select, at as text.
+const EventColumns = "id, guid, at, actor, action, from_state, to_state, rsp_code, attempts, detail"
+
+// CollectEvents reads a whole selection of events; aged, if the query's
+// last column is the event's age in whole seconds.
+func CollectEvents(rows Cursor, aged bool, translate TranslateError) ([]Event, error) {
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var from, to, rsp, detail *string
+		var age *int64
+		dest := []any{&e.ID, &e.GUID, &e.At, &e.Actor, &e.Action, &from, &to, &rsp, &e.Attempts, &detail}
+		if aged {
+			dest = append(dest, &age)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("read events: %w", translate(err))
+		}
+		if age != nil {
+			e.Age = time.Duration(max(*age, 0)) * time.Second
+		}
+		for _, f := range []struct {
+			dst *string
+			src *string
+		}{{&e.FromState, from}, {&e.ToState, to}, {&e.RspCode, rsp}, {&e.Detail, detail}} {
+			if f.src != nil {
+				*f.dst = *f.src
+			}
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read events: %w", translate(err))
+	}
+	return out, nil
+}

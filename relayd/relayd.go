@@ -140,7 +140,7 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	}
 	cli.WarnDB(log, f.DB, f.DBInsecure)
 	var m *metrics.Relay
-	opts := ledger.Options{Synchronous: f.Synchronous, Warn: log.Warn}
+	opts := ledger.Options{Synchronous: f.Synchronous, Warn: log.Warn, Actor: ledger.Actor("relay")}
 	if f.MetricsListen != "" {
 		m = metrics.New()
 		opts.OnCommit = m.Commit

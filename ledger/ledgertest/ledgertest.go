@@ -101,6 +101,10 @@ func Exercise(t *testing.T, b Backend) {
 		{"ReclaimReturnsTheRequestAnotherHolderStored", testReclaimReturnsStored},
 		{"ConfirmClaimReadsHolderAndAgeOnTheLedgersClock", testConfirmClaim},
 		{"NowIsTheLedgersClock", testNow},
+		{"EveryChangeButTheFirstSendHasItsEvent", testEventsOnEveryChange},
+		{"AChangeAndItsEventCommitTogether", testEventsCommitWithTheirChange},
+		{"DecisionsAreFencedAndOneApprovalWins", testDecisions},
+		{"PurgeEventsDeletesOnlyOldOnes", testPurgeEvents},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

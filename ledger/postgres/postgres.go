@@ -46,7 +46,22 @@ const Schema = `CREATE TABLE IF NOT EXISTS tx (
   attempts   integer     NOT NULL DEFAULT 0,
   updated_at timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS tx_state_updated ON tx (state, updated_at);`
+CREATE INDEX IF NOT EXISTS tx_state_updated ON tx (state, updated_at);
+CREATE TABLE IF NOT EXISTS tx_event (
+  id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  guid       text        NOT NULL,
+  at         timestamptz NOT NULL DEFAULT now(),
+  actor      text        NOT NULL,
+  action     text        NOT NULL,
+  from_state text,
+  to_state   text,
+  rsp_code   text,
+  attempts   integer,
+  detail     text
+);
+CREATE INDEX IF NOT EXISTS tx_event_guid ON tx_event (guid, id);
+CREATE INDEX IF NOT EXISTS tx_event_at ON tx_event (at);
+CREATE INDEX IF NOT EXISTS tx_event_proposals ON tx_event (id) WHERE action='propose';`
 
 // schemaLockKey serialises concurrent opens applying Schema: two sessions
 // running CREATE TABLE IF NOT EXISTS at once can both try to create it.
@@ -78,19 +93,39 @@ floor(extract(epoch FROM now() - updated_at))::bigint`
 	sqlGet   = `SELECT ` + rowColumns + ` FROM tx WHERE guid=$1`
 	sqlClaim = `INSERT INTO tx(guid,tx_code,state,rsp_code,request,response,attempts,updated_at)
 VALUES($1,$2,'SENT',NULL,$3,NULL,1,now()) ON CONFLICT (guid) DO NOTHING`
-	sqlReclaim = `UPDATE tx SET state='SENT', rsp_code=NULL, attempts=attempts+1, request=COALESCE(request,$1), updated_at=now()
-WHERE guid=$2 AND state='FAILED' AND rsp_code='E902' AND ($3::integer=0 OR attempts < $3::integer) RETURNING attempts, request`
+	// Every change but a first send's claim and outcome writes its event
+	// in the same statement (a data-modifying WITH), so in the same
+	// transaction (docs/ledger.md "Events").
+	sqlReclaim = `WITH r AS (UPDATE tx SET state='SENT', rsp_code=NULL, attempts=attempts+1, request=COALESCE(request,$1), updated_at=now()
+WHERE guid=$2 AND state='FAILED' AND rsp_code='E902' AND ($3::integer=0 OR attempts < $3::integer) RETURNING guid, attempts, request),
+e AS (INSERT INTO tx_event(guid, actor, action, from_state, to_state, attempts) SELECT guid, $4, 'reclaim', 'FAILED', 'SENT', attempts FROM r)
+SELECT attempts, request FROM r`
 	sqlFinish = `UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
 WHERE guid=$4 AND state='SENT' AND attempts=$5`
+	// The outcome of a reclaimed send, with its event.
+	sqlFinishEvent = `WITH f AS (UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
+WHERE guid=$4 AND state='SENT' AND attempts=$5 RETURNING guid, attempts),
+e AS (INSERT INTO tx_event(guid, actor, action, from_state, to_state, rsp_code, attempts, detail)
+SELECT guid, $6, 'outcome', 'SENT', $1, $2, attempts, $7 FROM f)
+SELECT count(*) FROM f`
 	// updated_at is fenced exactly as read, to the microsecond.
-	sqlSettle = `UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
-WHERE guid=$4 AND state='UNKNOWN' AND attempts=$5 AND updated_at=($6::timestamp AT TIME ZONE 'UTC')`
+	sqlSettle = `WITH s AS (UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
+WHERE guid=$4 AND state='UNKNOWN' AND attempts=$5 AND updated_at=($6::timestamp AT TIME ZONE 'UTC') RETURNING guid, attempts),
+e AS (INSERT INTO tx_event(guid, actor, action, from_state, to_state, rsp_code, attempts, detail)
+SELECT guid, $7, 'resolve', 'UNKNOWN', $1, $2, attempts, $8 FROM s)
+SELECT count(*) FROM s`
 	// The sweep locks its rows in guid order, as the group commit's
 	// batches do, so that the two never deadlock (docs/ledger.md).
-	sqlSweep = `UPDATE tx SET state='UNKNOWN', rsp_code='E901', response=NULL, updated_at=now()
-WHERE guid IN (SELECT guid FROM tx WHERE state IN ('SENT','RECEIVED') AND updated_at < now() - make_interval(secs => $1)
-ORDER BY guid FOR UPDATE)
-AND state IN ('SENT','RECEIVED') AND updated_at < now() - make_interval(secs => $1)`
+	sqlSweep = `WITH c AS (SELECT guid, state FROM tx WHERE state IN ('SENT','RECEIVED') AND updated_at < now() - make_interval(secs => $1)
+ORDER BY guid FOR UPDATE),
+u AS (UPDATE tx SET state='UNKNOWN', rsp_code='E901', response=NULL, updated_at=now() FROM c
+WHERE tx.guid = c.guid AND tx.state IN ('SENT','RECEIVED') RETURNING tx.guid, c.state AS from_state, tx.attempts),
+e AS (INSERT INTO tx_event(guid, actor, action, from_state, to_state, rsp_code, attempts)
+SELECT guid, $2, 'sweep', from_state, 'UNKNOWN', 'E901', attempts FROM u)
+SELECT count(*) FROM u`
+	sqlPurgeEvents = `DELETE FROM tx_event WHERE id IN
+(SELECT id FROM tx_event WHERE at <= now() - make_interval(days => $1) ORDER BY at LIMIT $2)`
+	eventColumns = `id, guid, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), actor, action, from_state, to_state, rsp_code, attempts, detail`
 	// Rule 13's confirmation: still this holder's claim, and how old by
 	// the server's clock (clock_timestamp(): now() is the transaction's
 	// start).
@@ -108,6 +143,7 @@ type Ledger struct {
 	faults   *ledger.Faults
 	onCommit func(time.Duration, int)
 	closed   atomic.Bool
+	actor    string // who writes this handle's events
 	// Group commit (nil ops: every write is its own statement).
 	ops      chan *wop
 	quit     chan struct{}
@@ -160,7 +196,7 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{pool: pool, faults: opts.Faults, onCommit: opts.OnCommit, maxBatch: opts.MaxBatch}
+	l := &Ledger{pool: pool, faults: opts.Faults, onCommit: opts.OnCommit, maxBatch: opts.MaxBatch, actor: ledger.ActorOf(opts)}
 	if err := l.prepare(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -454,6 +490,23 @@ func (l *Ledger) execCount(ctx context.Context, key, sql string, args ...any) (i
 	return o.n, err
 }
 
+// queryCount runs a write whose statement returns the count of rows it
+// changed (a WITH that also writes their events).
+func (l *Ledger) queryCount(ctx context.Context, key, sql string, args ...any) (int64, error) {
+	var n int64
+	o := &wop{key: key, sql: sql, args: args, scan: []any{&n}}
+	err := l.submit(ctx, o)
+	return n, err
+}
+
+// nullable is s, or NULL when empty.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
 // Claim claims a new GUID (none → SENT, attempts 1). A concurrent claim of
 // the same GUID waits for the first to commit, then affects nothing.
 func (l *Ledger) Claim(ctx context.Context, guid, txCode string, request []byte) (bool, error) {
@@ -469,7 +522,7 @@ func (l *Ledger) Claim(ctx context.Context, guid, txCode string, request []byte)
 func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (int, []byte, bool, error) {
 	var attempt int
 	var stored []byte
-	o := &wop{key: guid, sql: sqlReclaim, args: []any{request, guid, maxAttempts}, scan: []any{&attempt, &stored}}
+	o := &wop{key: guid, sql: sqlReclaim, args: []any{request, guid, maxAttempts, l.actor}, scan: []any{&attempt, &stored}}
 	if err := l.submit(ctx, o); err != nil {
 		return 0, nil, false, fmt.Errorf("reclaim %s: %w", guid, err)
 	}
@@ -481,7 +534,13 @@ func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAt
 
 // Finish records the outcome of the holder's claim, fenced on attempt.
 func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.Outcome) (bool, error) {
-	n, err := l.execCount(ctx, guid, sqlFinish, string(o.State), o.RspCode, o.Response, guid, attempt)
+	var n int64
+	var err error
+	if o.Reclaimed {
+		n, err = l.queryCount(ctx, guid, sqlFinishEvent, string(o.State), o.RspCode, o.Response, guid, attempt, l.actor, nullable(o.Detail))
+	} else {
+		n, err = l.execCount(ctx, guid, sqlFinish, string(o.State), o.RspCode, o.Response, guid, attempt)
+	}
 	if err != nil {
 		return false, fmt.Errorf("finish %s attempt %d: %w", guid, attempt, err)
 	}
@@ -490,7 +549,8 @@ func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.
 
 // Settle records resolve's verdict, fenced on the row as selected.
 func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outcome) (bool, error) {
-	n, err := l.execCount(ctx, selected.GUID, sqlSettle, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt)
+	n, err := l.queryCount(ctx, selected.GUID, sqlSettle, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt,
+		l.actor, nullable(o.Detail))
 	if err != nil {
 		return false, fmt.Errorf("settle %s: %w", selected.GUID, err)
 	}
@@ -499,7 +559,7 @@ func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outco
 
 // SweepOrphans moves SENT/RECEIVED rows older than after to UNKNOWN/E901.
 func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, error) {
-	n, err := l.execCount(ctx, "", sqlSweep, after.Seconds())
+	n, err := l.queryCount(ctx, "", sqlSweep, after.Seconds(), l.actor)
 	if err != nil {
 		return 0, fmt.Errorf("sweep orphans: %w", err)
 	}
@@ -620,3 +680,142 @@ func (l *Ledger) Now(ctx context.Context) (time.Time, error) {
 }
 
 func fromEpoch(s float64) time.Time { return time.UnixMicro(int64(s * 1e6)).UTC() }
+
+// Events returns guid's events, oldest first.
+func (l *Ledger) Events(ctx context.Context, guid string) ([]ledger.Event, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	rows, err := l.pool.Query(ctx, "SELECT "+eventColumns+" FROM tx_event WHERE guid=$1 ORDER BY id", guid)
+	if err != nil {
+		return nil, fmt.Errorf("events of %s: %w", guid, translate(err))
+	}
+	defer rows.Close()
+	return ledger.CollectEvents(rows, false, translate)
+}
+
+// EventsBetween returns the events at or after since and before until
+// (zero: no end), oldest first.
+func (l *Ledger) EventsBetween(ctx context.Context, since, until time.Time) ([]ledger.Event, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	q := "SELECT " + eventColumns + " FROM tx_event WHERE at >= $1"
+	args := []any{since}
+	if !until.IsZero() {
+		q += " AND at < $2"
+		args = append(args, until)
+	}
+	rows, err := l.pool.Query(ctx, q+" ORDER BY id", args...)
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", translate(err))
+	}
+	defer rows.Close()
+	return ledger.CollectEvents(rows, false, translate)
+}
+
+// PurgeEvents deletes at most limit events older than days days.
+func (l *Ledger) PurgeEvents(ctx context.Context, days, limit int) (int64, error) {
+	n, err := l.execCount(ctx, "", sqlPurgeEvents, days, limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge events: %w", err)
+	}
+	return n, nil
+}
+
+// eventAge is an event's age in whole seconds on the server's clock.
+const eventAge = "floor(extract(epoch FROM now() - at))::bigint"
+
+// EventByID returns one event with its age, or nil.
+func (l *Ledger) EventByID(ctx context.Context, id int64) (*ledger.Event, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	rows, err := l.pool.Query(ctx, "SELECT "+eventColumns+", "+eventAge+" FROM tx_event WHERE id=$1", id)
+	if err != nil {
+		return nil, fmt.Errorf("event %d: %w", id, translate(err))
+	}
+	defer rows.Close()
+	evs, err := ledger.CollectEvents(rows, true, translate)
+	if err != nil || len(evs) == 0 {
+		return nil, err
+	}
+	return &evs[0], nil
+}
+
+// OpenProposals lists the proposals without a decision, oldest first.
+func (l *Ledger) OpenProposals(ctx context.Context) ([]ledger.Event, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	rows, err := l.pool.Query(ctx, "SELECT "+eventColumns+", "+eventAge+` FROM tx_event p
+WHERE action='propose' AND NOT EXISTS (SELECT 1 FROM tx_event d WHERE d.guid = p.guid
+AND d.action IN ('approve','reject','expire') AND d.detail LIKE '{"proposal":' || p.id || ',%') ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("open proposals: %w", translate(err))
+	}
+	defer rows.Close()
+	return ledger.CollectEvents(rows, true, translate)
+}
+
+// sqlAddEvent appends one event and returns its id.
+const sqlAddEvent = `INSERT INTO tx_event(guid, actor, action, from_state, to_state, rsp_code, attempts, detail)
+VALUES($1,$2,$3,$4,$5,$6,$7,$8) RETURNING id`
+
+// AddEvent appends an event that changes no row and returns its id.
+func (l *Ledger) AddEvent(ctx context.Context, e ledger.Event) (int64, error) {
+	var id int64
+	o := &wop{key: e.GUID, sql: sqlAddEvent, args: []any{e.GUID, e.Actor, e.Action, nullable(e.FromState), nullable(e.ToState),
+		nullable(e.RspCode), e.Attempts, nullable(e.Detail)}, scan: []any{&id}}
+	if err := l.submit(ctx, o); err != nil {
+		return 0, fmt.Errorf("add event %s %s: %w", e.Action, e.GUID, err)
+	}
+	return id, nil
+}
+
+// Decide records a decision on a proposal in one transaction of its own.
+// The proposal's event is locked first, so that decisions on one proposal
+// are serialized; each later statement (READ COMMITTED) then sees a
+// decision committed meanwhile.
+func (l *Ledger) Decide(ctx context.Context, d ledger.Decision) error {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	var verdict error
+	e := d.Event
+	err := l.onConn(ctx, func(c *pgxpool.Conn) error {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			return translate(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "SELECT id FROM tx_event WHERE id=$1 FOR UPDATE", d.Proposal); err != nil {
+			return translate(err)
+		}
+		var closed bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tx_event WHERE guid=$1
+AND action IN ('approve','reject','expire') AND detail LIKE $2)`, e.GUID, ledger.ProposalRef(d.Proposal)+"%").Scan(&closed); err != nil {
+			return translate(err)
+		}
+		if closed {
+			verdict = ledger.ErrProposalClosed
+			return nil
+		}
+		if d.From != nil {
+			tag, err := tx.Exec(ctx, `UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
+WHERE guid=$4 AND state=$5 AND attempts=$6 AND updated_at=($7::timestamp AT TIME ZONE 'UTC')`, string(d.To.State), d.To.RspCode, d.To.Response,
+				e.GUID, string(d.From.State), d.From.Attempts, d.From.UpdatedAt)
+			if err != nil {
+				return translate(err)
+			}
+			if tag.RowsAffected() == 0 {
+				verdict = ledger.ErrRowChanged
+				return nil
+			}
+		}
+		if _, err := tx.Exec(ctx, sqlAddEvent, e.GUID, e.Actor, e.Action, nullable(e.FromState), nullable(e.ToState),
+			nullable(e.RspCode), e.Attempts, nullable(e.Detail)); err != nil {
+			return translate(err)
+		}
+		return l.commit(ctx, tx)
+	})
+	if err != nil {
+		return fmt.Errorf("%s proposal %d: %w", e.Action, d.Proposal, err)
+	}
+	return verdict
+}

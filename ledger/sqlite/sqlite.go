@@ -54,6 +54,7 @@ type Ledger struct {
 	faults   *ledger.Faults
 	onCommit func(time.Duration, int)
 	warn     func(string, ...any)
+	actor    string // who writes this handle's events
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -180,7 +181,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	wdb.SetConnMaxIdleTime(0)
 	wdb.SetConnMaxLifetime(0)
 
-	l := &Ledger{wdb: wdb, faults: opts.Faults, onCommit: opts.OnCommit, warn: opts.Warn}
+	l := &Ledger{wdb: wdb, faults: opts.Faults, onCommit: opts.OnCommit, warn: opts.Warn, actor: ledger.ActorOf(opts)}
 	l.idle = sync.NewCond(&l.mu)
 	fail := func(err error) (*Ledger, error) {
 		if l.conn != nil {
@@ -393,4 +394,125 @@ func (l *Ledger) Now(ctx context.Context) (time.Time, error) {
 func fromJulian(jd float64) time.Time {
 	const unixEpochJD = 2440587.5
 	return time.UnixMicro(int64((jd - unixEpochJD) * 86400e6)).UTC()
+}
+
+// Events returns guid's events, oldest first.
+func (l *Ledger) Events(ctx context.Context, guid string) ([]ledger.Event, error) {
+	rows, err := l.rdb.QueryContext(ctx, "SELECT "+ledger.EventColumns+" FROM tx_event WHERE guid=? ORDER BY id", guid)
+	if err != nil {
+		return nil, fmt.Errorf("events of %s: %w", guid, translate(err))
+	}
+	defer rows.Close()
+	return ledger.CollectEvents(rows, false, translate)
+}
+
+// EventsBetween returns the events at or after since and before until
+// (zero: no end), oldest first.
+func (l *Ledger) EventsBetween(ctx context.Context, since, until time.Time) ([]ledger.Event, error) {
+	q := "SELECT " + ledger.EventColumns + " FROM tx_event WHERE at >= ?"
+	args := []any{sqliteTime(since)}
+	if !until.IsZero() {
+		q += " AND at < ?"
+		args = append(args, sqliteTime(until))
+	}
+	rows, err := l.rdb.QueryContext(ctx, q+" ORDER BY id", args...)
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", translate(err))
+	}
+	defer rows.Close()
+	return ledger.CollectEvents(rows, false, translate)
+}
+
+// sqliteTime is t as SQLite's datetime() writes it (UTC, whole seconds): a
+// period's bounds are a person's input, compared with the stored text.
+func sqliteTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") }
+
+// PurgeEvents deletes at most limit events not newer than days days.
+func (l *Ledger) PurgeEvents(ctx context.Context, days, limit int) (int64, error) {
+	n, err := l.execCount(ctx, func(s *writeStmts) *sql.Stmt { return s.purgeEvents }, fmt.Sprintf("-%d days", days), limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge events: %w", err)
+	}
+	return n, nil
+}
+
+// eventAge is an event's age in whole seconds on SQLite's clock.
+const eventAge = "CAST(strftime('%s','now') AS INTEGER) - CAST(strftime('%s', at) AS INTEGER)"
+
+// EventByID returns one event with its age, or nil.
+func (l *Ledger) EventByID(ctx context.Context, id int64) (*ledger.Event, error) {
+	rows, err := l.rdb.QueryContext(ctx, "SELECT "+ledger.EventColumns+", "+eventAge+" FROM tx_event WHERE id=?", id)
+	if err != nil {
+		return nil, fmt.Errorf("event %d: %w", id, translate(err))
+	}
+	defer rows.Close()
+	evs, err := ledger.CollectEvents(rows, true, translate)
+	if err != nil || len(evs) == 0 {
+		return nil, err
+	}
+	return &evs[0], nil
+}
+
+// OpenProposals lists the proposals without a decision, oldest first.
+func (l *Ledger) OpenProposals(ctx context.Context) ([]ledger.Event, error) {
+	rows, err := l.rdb.QueryContext(ctx, "SELECT "+ledger.EventColumns+", "+eventAge+` FROM tx_event p
+WHERE action='propose' AND NOT EXISTS (SELECT 1 FROM tx_event d WHERE d.guid = p.guid
+AND d.action IN ('approve','reject','expire') AND d.detail LIKE '{"proposal":' || p.id || ',%') ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("open proposals: %w", translate(err))
+	}
+	defer rows.Close()
+	return ledger.CollectEvents(rows, true, translate)
+}
+
+// AddEvent appends an event that changes no row and returns its id.
+func (l *Ledger) AddEvent(ctx context.Context, e ledger.Event) (int64, error) {
+	var id int64
+	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		return l.conn.QueryRowContext(ctx, sqlEvent+" RETURNING id", e.GUID, e.Actor, e.Action,
+			nullable(e.FromState), nullable(e.ToState), nullable(e.RspCode), e.Attempts, nullable(e.Detail)).Scan(&id)
+	}})
+	if err != nil {
+		return 0, fmt.Errorf("add event %s %s: %w", e.Action, e.GUID, err)
+	}
+	return id, nil
+}
+
+// Decide records a decision on a proposal in one write transaction: the
+// proposal must still be open and, for an approval, the row as proposed.
+func (l *Ledger) Decide(ctx context.Context, d ledger.Decision) error {
+	var verdict error
+	e := d.Event
+	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		verdict = nil
+		var closed int
+		if err := l.conn.QueryRowContext(ctx, `SELECT count(*) FROM tx_event WHERE guid=?
+AND action IN ('approve','reject','expire') AND detail LIKE ?`, e.GUID, ledger.ProposalRef(d.Proposal)+"%").Scan(&closed); err != nil {
+			return err
+		}
+		if closed > 0 {
+			verdict = ledger.ErrProposalClosed
+			return nil
+		}
+		if d.From != nil {
+			res, err := l.conn.ExecContext(ctx, `UPDATE tx SET state=?, rsp_code=?, response=?, updated_at=datetime('now')
+WHERE guid=? AND state=? AND attempts=? AND updated_at=?`, string(d.To.State), d.To.RspCode, d.To.Response,
+				e.GUID, string(d.From.State), d.From.Attempts, d.From.UpdatedAt)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				verdict = ledger.ErrRowChanged
+				return nil
+			}
+		}
+		_, err := s.event.ExecContext(ctx, e.GUID, e.Actor, e.Action, nullable(e.FromState), nullable(e.ToState), nullable(e.RspCode), e.Attempts, nullable(e.Detail))
+		return err
+	}})
+	if err != nil {
+		return fmt.Errorf("%s proposal %d: %w", e.Action, d.Proposal, err)
+	}
+	return verdict
 }

@@ -25,15 +25,26 @@ WHERE guid=? AND state='FAILED' AND rsp_code='E902' AND (?=0 OR attempts < ?) RE
 WHERE guid=? AND state='SENT' AND attempts=?`
 	sqlSettle = `UPDATE tx SET state=?, rsp_code=?, response=?, updated_at=datetime('now')
 WHERE guid=? AND state='UNKNOWN' AND attempts=? AND updated_at=?`
+	// The sweep reads its rows and moves each, with its event, inside one
+	// write transaction: the write lock keeps anything else from changing
+	// them in between.
+	sqlSweepSelect = `SELECT guid, state, attempts FROM tx
+WHERE state IN ('SENT','RECEIVED') AND updated_at < datetime('now', ?) ORDER BY guid`
 	sqlSweep = `UPDATE tx SET state='UNKNOWN', rsp_code='E901', response=NULL, updated_at=datetime('now')
-WHERE state IN ('SENT','RECEIVED') AND updated_at < datetime('now', ?)`
+WHERE guid=? AND state=?`
+	// Every change but a first send's claim and outcome has its event, in
+	// the same transaction (docs/ledger.md "Events").
+	sqlEvent = `INSERT INTO tx_event(guid, actor, action, from_state, to_state, rsp_code, attempts, detail)
+VALUES(?,?,?,?,?,?,?,?)`
 	// By guid, not rowid: the table may be WITHOUT ROWID (docs/ledger.md).
 	sqlPurge = `DELETE FROM tx WHERE guid IN
 (SELECT guid FROM tx WHERE state='DONE' AND updated_at <= datetime('now', ?) LIMIT ?)`
+	sqlPurgeEvents = `DELETE FROM tx_event WHERE id IN
+(SELECT id FROM tx_event WHERE at <= datetime('now', ?) ORDER BY at LIMIT ?)`
 )
 
 type writeStmts struct {
-	claim, reclaim, finish, settle, sweep, purge *sql.Stmt
+	claim, reclaim, finish, settle, sweepSelect, sweep, purge, purgeEvents, event *sql.Stmt
 }
 
 func prepareWrites(ctx context.Context, c *sql.Conn) (writeStmts, error) {
@@ -43,7 +54,7 @@ func prepareWrites(ctx context.Context, c *sql.Conn) (writeStmts, error) {
 		query string
 	}{
 		{&s.claim, sqlClaim}, {&s.reclaim, sqlReclaim}, {&s.finish, sqlFinish},
-		{&s.settle, sqlSettle}, {&s.sweep, sqlSweep}, {&s.purge, sqlPurge},
+		{&s.settle, sqlSettle}, {&s.sweepSelect, sqlSweepSelect}, {&s.sweep, sqlSweep}, {&s.purge, sqlPurge}, {&s.purgeEvents, sqlPurgeEvents}, {&s.event, sqlEvent},
 	} {
 		st, err := c.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -56,7 +67,7 @@ func prepareWrites(ctx context.Context, c *sql.Conn) (writeStmts, error) {
 }
 
 func (s writeStmts) close() {
-	for _, st := range []*sql.Stmt{s.claim, s.reclaim, s.finish, s.settle, s.sweep, s.purge} {
+	for _, st := range []*sql.Stmt{s.claim, s.reclaim, s.finish, s.settle, s.sweepSelect, s.sweep, s.purge, s.purgeEvents, s.event} {
 		if st != nil {
 			st.Close()
 		}
@@ -244,16 +255,41 @@ func (l *Ledger) commit(batch []*op) (failed int, err error) {
 // execCount runs one of the prepared writes in the next batch and returns
 // the rows it affected (the claim's, the fences' and the sweep's verdict).
 func (l *Ledger) execCount(ctx context.Context, stmt func(*writeStmts) *sql.Stmt, args ...any) (int64, error) {
+	return l.execCountThen(ctx, stmt, nil, args...)
+}
+
+// execCountThen is execCount that also runs then, in the same transaction,
+// if the write changed a row (its event).
+func (l *Ledger) execCountThen(ctx context.Context, stmt func(*writeStmts) *sql.Stmt, then func(context.Context, *writeStmts) error, args ...any) (int64, error) {
 	var n int64
 	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
 		res, err := stmt(s).ExecContext(ctx, args...)
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
-		return err
+		if n, err = res.RowsAffected(); err != nil || n == 0 || then == nil {
+			return err
+		}
+		return then(ctx, s)
 	}})
 	return n, err
+}
+
+// event appends one event in the running write transaction.
+func (l *Ledger) event(ctx context.Context, s *writeStmts, guid, action, from, to string, rsp any, attempts int, detail any) error {
+	_, err := s.event.ExecContext(ctx, guid, l.actor, action, from, to, rsp, attempts, detail)
+	if err != nil {
+		return fmt.Errorf("event %s %s: %w", action, guid, err)
+	}
+	return nil
+}
+
+// nullable is s, or NULL when empty.
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // Claim claims a new GUID for a send to the core (docs/ledger.md: none → SENT):
@@ -282,8 +318,11 @@ func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAt
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
-		claimed = err == nil
-		return err
+		if err != nil {
+			return err
+		}
+		claimed = true
+		return l.event(ctx, s, guid, ledger.ActionReclaim, "FAILED", "SENT", nil, attempt, nil)
 	}})
 	if err != nil {
 		return 0, nil, false, fmt.Errorf("reclaim %s: %w", guid, err)
@@ -296,7 +335,13 @@ func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAt
 // still SENT with the holder's attempt number. recorded reports whether it
 // did.
 func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.Outcome) (recorded bool, err error) {
-	n, err := l.execCount(ctx, func(s *writeStmts) *sql.Stmt { return s.finish }, string(o.State), o.RspCode, o.Response, guid, attempt)
+	var ev func(context.Context, *writeStmts) error
+	if o.Reclaimed {
+		ev = func(ctx context.Context, s *writeStmts) error {
+			return l.event(ctx, s, guid, ledger.ActionOutcome, "SENT", string(o.State), o.RspCode, attempt, nullable(o.Detail))
+		}
+	}
+	n, err := l.execCountThen(ctx, func(s *writeStmts) *sql.Stmt { return s.finish }, ev, string(o.State), o.RspCode, o.Response, guid, attempt)
 	if err != nil {
 		return false, fmt.Errorf("finish %s attempt %d: %w", guid, attempt, err)
 	}
@@ -308,7 +353,10 @@ func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.
 // selected: a row changed meanwhile is left alone. recorded reports whether
 // the row was changed.
 func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outcome) (recorded bool, err error) {
-	n, err := l.execCount(ctx, func(s *writeStmts) *sql.Stmt { return s.settle }, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt)
+	ev := func(ctx context.Context, s *writeStmts) error {
+		return l.event(ctx, s, selected.GUID, ledger.ActionResolve, "UNKNOWN", string(o.State), o.RspCode, selected.Attempts, nullable(o.Detail))
+	}
+	n, err := l.execCountThen(ctx, func(s *writeStmts) *sql.Stmt { return s.settle }, ev, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt)
 	if err != nil {
 		return false, fmt.Errorf("settle %s: %w", selected.GUID, err)
 	}
@@ -319,7 +367,41 @@ func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outco
 // UNKNOWN/E901, so that resolve settles them by inquiry. It returns how many
 // rows it moved.
 func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, error) {
-	n, err := l.execCount(ctx, func(s *writeStmts) *sql.Stmt { return s.sweep }, secondsAgo(after))
+	var n int64
+	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		n = 0
+		type orphan struct {
+			guid, state string
+			attempts    int
+		}
+		rows, err := s.sweepSelect.QueryContext(ctx, secondsAgo(after))
+		if err != nil {
+			return err
+		}
+		var found []orphan
+		for rows.Next() {
+			var o orphan
+			if err := rows.Scan(&o.guid, &o.state, &o.attempts); err != nil {
+				rows.Close()
+				return err
+			}
+			found = append(found, o)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, o := range found {
+			if _, err := s.sweep.ExecContext(ctx, o.guid, o.state); err != nil {
+				return err
+			}
+			if err := l.event(ctx, s, o.guid, ledger.ActionSweep, o.state, "UNKNOWN", "E901", o.attempts, nil); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	}})
 	if err != nil {
 		return 0, fmt.Errorf("sweep orphans: %w", err)
 	}
