@@ -27,7 +27,10 @@ type flags struct {
 	OlderThan cli.Seconds `name:"older-than" default:"0" help:"With --state: only rows not updated for this many seconds."`
 	Limit     cli.Whole   `name:"limit" default:"100" help:"With --state: at most this many rows, oldest first (0: all)."`
 	Summary   bool        `name:"summary" help:"Rows and the oldest age per state."`
-	Format    string      `name:"format" enum:"text,json" default:"text" help:"text, or json (one object per line)."`
+	Events    bool        `name:"events" help:"List every event of a period (--since, --until): the auditor's report."`
+	Since     string      `name:"since" placeholder:"TIME" help:"With --events: from this time (UTC, YYYY-MM-DD or YYYY-MM-DDThh:mm:ss), included."`
+	Until     string      `name:"until" placeholder:"TIME" help:"With --events: up to this time, excluded (default: now)."`
+	Format    string      `name:"format" enum:"text,json,csv" default:"text" help:"text, json (one object per line), or csv (--events only)."`
 	cli.Logging
 }
 
@@ -46,8 +49,24 @@ func (f *flags) Validate() error {
 	if f.Summary {
 		n++
 	}
+	if f.Events {
+		n++
+		if f.Since == "" {
+			return errors.New("--events needs --since")
+		}
+		for _, t := range []struct{ name, v string }{{"--since", f.Since}, {"--until", f.Until}} {
+			if _, err := parseTime(t.v); t.v != "" && err != nil {
+				return fmt.Errorf("%s: %v", t.name, err)
+			}
+		}
+	} else if f.Since != "" || f.Until != "" {
+		return errors.New("--since and --until go with --events")
+	}
+	if f.Format == "csv" && !f.Events {
+		return errors.New("--format csv goes with --events")
+	}
 	if n != 1 {
-		return errors.New("give GUIDs, or --state, or --summary (one of them)")
+		return errors.New("give GUIDs, or --state, or --summary, or --events (one of them)")
 	}
 	for _, g := range f.GUIDs {
 		if !lhstd.IsGUID(g) {
@@ -55,6 +74,16 @@ func (f *flags) Validate() error {
 		}
 	}
 	return nil
+}
+
+// parseTime reads a period's bound: a UTC date or date and time.
+func parseTime(s string) (time.Time, error) {
+	for _, layout := range []string{"2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not YYYY-MM-DD or YYYY-MM-DDThh:mm:ss (UTC)", s)
 }
 
 func main() {
@@ -96,6 +125,29 @@ func run(f *flags) int {
 		return cli.ExitRuntime
 	}
 	switch {
+	case f.Events:
+		since, _ := parseTime(f.Since)
+		var until time.Time
+		if f.Until != "" {
+			until, _ = parseTime(f.Until)
+		}
+		evs, err := l.EventsBetween(ctx, since, until)
+		if err != nil {
+			return fail(err)
+		}
+		out := inspection.Events(evs)
+		var werr error
+		switch f.Format {
+		case "json":
+			werr = inspection.WriteEventsJSON(os.Stdout, out)
+		case "csv":
+			werr = inspection.WriteEventsCSV(os.Stdout, out)
+		default:
+			werr = inspection.WriteEventsText(os.Stdout, out)
+		}
+		if werr != nil {
+			return failWrite(werr)
+		}
 	case f.Summary:
 		stats, err := l.Stats(ctx)
 		if err != nil {
@@ -139,12 +191,22 @@ func run(f *flags) int {
 			if err != nil {
 				return fail(err)
 			}
+			evs, err := l.Events(ctx, g)
+			if err != nil {
+				return fail(err)
+			}
 			if r == nil {
 				fmt.Fprintf(os.Stderr, "inspect: %s: no row in the ledger (never seen, or purged)\n", g)
 				status = ExitNotFound
+				if len(evs) > 0 && f.Format == "text" {
+					// A purged row's events stay: its story goes on.
+					inspection.WriteEventsText(os.Stdout, inspection.Events(evs))
+				}
 				continue
 			}
-			out = append(out, inspection.Decode(*r))
+			row := inspection.Decode(*r)
+			row.Events = inspection.Events(evs)
+			out = append(out, row)
 		}
 		if err := write(out); err != nil {
 			return failWrite(err)

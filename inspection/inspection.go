@@ -47,6 +47,8 @@ type Row struct {
 	AgeSeconds int64    `json:"age_seconds"`
 	Request    *Request `json:"request"`
 	Reply      *Reply   `json:"reply,omitempty"`
+	// Events are the row's events, oldest first (inspect GUID).
+	Events []Event `json:"events,omitempty"`
 }
 
 // Decode makes r readable. The memo is never decoded into the result.
@@ -129,6 +131,12 @@ func WriteText(w io.Writer, rows []Row) error {
 				fmt.Fprintf(bw, "reply       %s ref=%s balance=%d processed_at=%s\n", esc(r.Reply.Code), esc(r.Reply.Ref), *r.Reply.Balance, esc(r.Reply.ProcessedAt))
 			} else {
 				fmt.Fprintf(bw, "reply       %s\n", esc(r.Reply.Code))
+			}
+		}
+		if r.Events != nil {
+			bw.Flush()
+			if err := WriteEventsText(w, r.Events); err != nil {
+				return err
 			}
 		}
 	}

@@ -54,6 +54,7 @@ type Relay struct {
 	oldest        map[dedup.State]prometheus.Gauge
 	rejected      map[string]prometheus.Counter
 	certExpiry    *prometheus.GaugeVec
+	openProposals prometheus.Gauge
 	clockSkew     prometheus.Gauge
 	clockSteps    prometheus.Counter
 	ageSkipped    map[string]prometheus.Counter
@@ -123,6 +124,9 @@ func New() *Relay {
 	for _, w := range []string{AgeDecisionSweep, AgeDecisionLease} {
 		m.ageSkipped[w] = ageSkipped.WithLabelValues(w)
 	}
+	m.openProposals = prometheus.NewGauge(prometheus.GaugeOpts{Name: "dedup_settle_open_proposals",
+		Help: "settle proposals waiting for a second person's decision; refreshed with dedup_ledger_rows."})
+	f(m.openProposals)
 	f(m.clockSkew)
 	f(m.clockSteps)
 	f(ageSkipped)
@@ -307,6 +311,11 @@ func (s *Server) Refresh(ctx context.Context) error {
 		return err
 	}
 	s.m.SetLedgerStats(stats)
+	open, err := s.l.OpenProposals(ctx)
+	if err != nil {
+		return err
+	}
+	s.m.openProposals.Set(float64(len(open)))
 	return nil
 }
 

@@ -15,11 +15,21 @@ import (
 
 type flags struct {
 	cli.LedgerFlags
-	Days   cli.Whole `name:"days" default:"7" help:"Delete DONE rows not updated for this many days; must exceed the longest channel retransmission window."`
-	DryRun bool      `name:"dry-run" help:"Delete nothing; report how many rows a real run would delete."`
+	Days      cli.Whole `name:"days" default:"7" help:"Delete DONE rows not updated for this many days; must exceed the longest channel retransmission window."`
+	DryRun    bool      `name:"dry-run" help:"Delete nothing; report how many rows a real run would delete."`
+	EventDays cli.Whole `name:"event-days" default:"1830" help:"Delete events (tx_event) older than this many days (five years by default); at least 1."`
 	cli.ClockFlags
 	cli.JobFlags
 	cli.Logging
+}
+
+// Validate checks that --event-days is at least 1: the events are the
+// record of who decided what, and a bank must keep them for years.
+func (f *flags) Validate() error {
+	if f.EventDays < 1 {
+		return fmt.Errorf("--event-days must be at least 1")
+	}
+	return nil
 }
 
 func main() {
@@ -39,7 +49,7 @@ func main() {
 	}
 	os.Exit(cli.RunJob("purge", f.DB, f.JobFlags, log, []any{"days", int(f.Days), "dry_run", f.DryRun},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
-			sum, err := batch.Purge(ctx, l, int(f.Days), f.MaxClockSkew.D(), f.DryRun, progress, log)
+			sum, err := batch.Purge(ctx, l, int(f.Days), int(f.EventDays), f.MaxClockSkew.D(), f.DryRun, progress, log)
 			if progress != nil && !f.DryRun {
 				fmt.Fprintln(os.Stderr)
 			}

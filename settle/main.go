@@ -1,0 +1,170 @@
+// Command settle records a person's decision about a ledger row that
+// inquiry cannot settle, with four eyes: one operator proposes, another
+// approves (or rejects); each step is an event in the ledger, and the
+// approval changes the row in one fenced write with its event
+// (docs/settle.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"dedup/cli"
+	"dedup/ledger"
+	"dedup/ledger/backend"
+	"dedup/metrics"
+	"dedup/settlement"
+)
+
+type proposeCmd struct {
+	GUID        string `arg:"" help:"The GUID to decide about."`
+	As          string `name:"as" required:"" help:"applied, not-applied (UNKNOWN rows) or abandoned (FAILED/E902 rows)."`
+	Reason      string `name:"reason" help:"Why, with the evidence (a ticket, the core team's answer). Required."`
+	CoreRef     string `name:"core-ref" help:"--as applied: the core's reference of the transfer."`
+	Balance     string `name:"balance" help:"--as applied: the balance after it, in won."`
+	ProcessedAt string `name:"processed-at" help:"--as applied: when the core processed it, YYYYMMDDhhmmss."`
+	Operator    string `name:"operator" help:"Your name on the record (default: your OS user)."`
+}
+
+type listCmd struct{}
+
+type approveCmd struct {
+	ID       int64  `arg:"" help:"The proposal's id (settle list)."`
+	Reason   string `name:"reason" help:"Why you approve (optional)."`
+	Operator string `name:"operator" help:"Your name on the record (default: your OS user); it must differ from the proposer's."`
+}
+
+type rejectCmd struct {
+	ID       int64  `arg:"" help:"The proposal's id (settle list)."`
+	Reason   string `name:"reason" help:"Why you reject it. Required."`
+	Operator string `name:"operator" help:"Your name on the record (default: your OS user)."`
+}
+
+type flags struct {
+	cli.LedgerFlags
+	MetricsTextfile string     `name:"metrics-textfile" placeholder:"PATH" help:"At exit, write node_exporter textfile metrics to PATH (atomically)."`
+	Propose         proposeCmd `cmd:"" help:"Propose a decision about one GUID (changes nothing but the record)."`
+	List            listCmd    `cmd:"" help:"List the open proposals."`
+	Approve         approveCmd `cmd:"" help:"Approve another person's proposal: the row changes, fenced."`
+	Reject          rejectCmd  `cmd:"" help:"Reject another person's proposal: the row stays."`
+	cli.Logging
+}
+
+var balanceRE = regexp.MustCompile(`^[0-9]+$`)
+
+// proposal is the propose command's flags as a settlement.Proposal.
+func (p *proposeCmd) proposal() (settlement.Proposal, error) {
+	out := settlement.Proposal{GUID: p.GUID, As: p.As, Reason: p.Reason, CoreRef: p.CoreRef, ProcessedAt: p.ProcessedAt}
+	if p.Balance != "" {
+		if !balanceRE.MatchString(p.Balance) {
+			return out, fmt.Errorf("%w: --balance %q is not a whole number of won", settlement.ErrUsage, p.Balance)
+		}
+		b, err := strconv.ParseInt(p.Balance, 10, 64)
+		if err != nil {
+			return out, fmt.Errorf("%w: --balance %q: %v", settlement.ErrUsage, p.Balance, err)
+		}
+		out.Balance = &b
+	}
+	return out, out.Check()
+}
+
+func main() {
+	var f flags
+	kctx := cli.Parse("settle", "Decide, with four eyes and on the record, what inquiry cannot settle.", &f, os.Args[1:])
+	log := f.Logger(os.Stderr)
+	f.WarnInsecure(log)
+	start := time.Now()
+	status, counts := run(kctx.Command(), &f, log)
+	if f.MetricsTextfile != "" {
+		if err := metrics.WriteJobTextfile(f.MetricsTextfile, "settle", start, time.Since(start), status == cli.ExitOK, counts); err != nil {
+			fmt.Fprintf(os.Stderr, "settle: error: metrics textfile: %v\n", err)
+			if status == cli.ExitOK {
+				status = cli.ExitRuntime
+			}
+		}
+	}
+	os.Exit(status)
+}
+
+// run carries out the command and returns the exit status and the counts
+// for the textfile.
+func run(command string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
+	// Usage first: nothing is opened for a proposal that cannot stand.
+	var p settlement.Proposal
+	if command == "propose <guid>" {
+		var err error
+		if p, err = f.Propose.proposal(); err != nil {
+			return fail(err), nil
+		}
+	}
+	if command == "reject <id>" && f.Reject.Reason == "" {
+		return fail(fmt.Errorf("%w: --reason is required", settlement.ErrUsage)), nil
+	}
+	l, err := backend.Open(f.DB, ledger.Options{Warn: log.Warn, Actor: ledger.Actor("settle")})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "settle: error: %v\n", err)
+		return cli.ExitRuntime, nil
+	}
+	defer l.Close()
+	ctx := context.Background()
+	switch command {
+	case "propose <guid>":
+		who := settlement.Me(f.Propose.Operator)
+		id, err := settlement.Propose(ctx, l, p, who)
+		if err != nil {
+			return fail(err), nil
+		}
+		log.Info("settle: proposed", "id", id, "guid", p.GUID, "as", p.As, "by", who.Actor(), "reason", p.Reason)
+		fmt.Printf("settle: proposed id=%d guid=%s as=%s\n", id, p.GUID, p.As)
+		return cli.ExitOK, []metrics.JobCount{{Outcome: "proposed", Rows: 1}}
+	case "list":
+		open, err := settlement.List(ctx, l)
+		if err != nil {
+			return fail(err), nil
+		}
+		for _, o := range open {
+			fmt.Printf("id=%d guid=%s as=%s by=%s age=%d reason=%q\n", o.ID, o.GUID, o.As, o.By, int64(o.Age.Seconds()), o.Reason)
+		}
+		return cli.ExitOK, []metrics.JobCount{{Outcome: "open", Rows: int64(len(open))}}
+	case "approve <id>":
+		who := settlement.Me(f.Approve.Operator)
+		a, err := settlement.Approve(ctx, l, f.Approve.ID, who, f.Approve.Reason)
+		if err != nil {
+			return fail(err), []metrics.JobCount{{Outcome: "refused", Rows: 1}}
+		}
+		log.Info("settle: approved", "id", a.ID, "guid", a.GUID, "state", a.Row.State, "code", a.Row.RspCode, "by", who.Actor())
+		fmt.Printf("settle: approved id=%d guid=%s state=%s code=%s\n", a.ID, a.GUID, a.Row.State, a.Row.RspCode)
+		return cli.ExitOK, []metrics.JobCount{{Outcome: "approved", Rows: 1}}
+	case "reject <id>":
+		who := settlement.Me(f.Reject.Operator)
+		if err := settlement.Reject(ctx, l, f.Reject.ID, who, f.Reject.Reason); err != nil {
+			return fail(err), []metrics.JobCount{{Outcome: "refused", Rows: 1}}
+		}
+		log.Info("settle: rejected", "id", f.Reject.ID, "by", who.Actor(), "reason", f.Reject.Reason)
+		fmt.Printf("settle: rejected id=%d\n", f.Reject.ID)
+		return cli.ExitOK, []metrics.JobCount{{Outcome: "rejected", Rows: 1}}
+	}
+	return fail(fmt.Errorf("%w: unknown command %q", settlement.ErrUsage, command)), nil
+}
+
+// fail prints err as one line and returns its exit status: 2 for what the
+// operator gave, 1 for a refusal or a runtime error.
+func fail(err error) int {
+	switch {
+	case errors.Is(err, settlement.ErrUsage):
+		fmt.Fprintf(os.Stderr, "settle: usage error: %s\n", strings.TrimPrefix(err.Error(), settlement.ErrUsage.Error()+": "))
+		return cli.ExitUsage
+	case errors.Is(err, settlement.ErrRefused):
+		fmt.Fprintf(os.Stderr, "settle: refused: %s\n", strings.TrimPrefix(err.Error(), settlement.ErrRefused.Error()+": "))
+		return cli.ExitRuntime
+	}
+	fmt.Fprintf(os.Stderr, "settle: error: %v\n", err)
+	return cli.ExitRuntime
+}
