@@ -80,7 +80,10 @@ grep -qF "relay $base-1 revision " <<<"$ver" && grep -Eq ' revision [0-9a-f]{40}
   fail "relay --version does not show the version and the revision"
 ok "relay --version shows the package version and the git revision"
 man -w relay >/dev/null 2>&1 || [ -f /usr/share/man/man1/relay.1.gz ] || fail "no man page for relay"
-ok "man pages installed"
+[ -f /usr/share/man/man1/settle.1.gz ] || fail "no man page for settle"
+/usr/bin/settle --version >/dev/null || fail "settle is not installed"
+grep -q DedupSettleProposalWaiting /usr/share/dedup/prometheus/alerts.yml || fail "the settle alert is not shipped"
+ok "man pages installed (settle's too), settle and its alert shipped"
 
 /usr/bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
 core_pid=$!

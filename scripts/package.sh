@@ -3,7 +3,7 @@
 # own, no hand-written ar/tar): from a staging tree per package, whose
 # maintainer scripts come from deploy/debian/.
 #
-#   dist/dedup_VERSION_ARCH.deb        relay, resolve, reprocess, purge,
+#   dist/dedup_VERSION_ARCH.deb        relay, resolve, reprocess, purge, settle,
 #                                      inspect (the git revision stamped),
 #                                      the systemd units and timers,
 #                                      /etc/dedup/*.env, logrotate, the
@@ -87,7 +87,7 @@ CONTROL
 
 # --- dedup ---
 s="$work/dedup"
-build "$s/usr/bin" ./relay ./resolve ./reprocess ./purge ./inspect
+build "$s/usr/bin" ./relay ./resolve ./reprocess ./purge ./inspect ./settle
 install -d -m 0755 "$s/lib/systemd/system" "$s/etc/dedup" "$s/etc/logrotate.d" "$s/etc/cron.d" \
   "$s/usr/share/dedup/prometheus" "$s/usr/share/doc/dedup/docs" "$s/usr/share/doc/dedup/examples"
 install -m 0644 deploy/systemd/*.service deploy/systemd/*.timer "$s/lib/systemd/system/"
@@ -97,7 +97,7 @@ install -m 0644 deploy/prometheus/alerts.yml deploy/prometheus/alerts_test.yml "
 install -m 0644 deploy/cron.example "$s/usr/share/doc/dedup/examples/cron"
 gzip -9nc README.md >"$s/usr/share/doc/dedup/README.md.gz"
 for d in docs/*.md; do gzip -9nc "$d" >"$s/usr/share/doc/dedup/docs/$(basename "$d").gz"; done
-for b in relay resolve reprocess purge inspect; do manpage "$s/usr/bin/$b" 1 "$s/usr/share/man/man1"; done
+for b in relay resolve reprocess purge inspect settle; do manpage "$s/usr/bin/$b" 1 "$s/usr/share/man/man1"; done
 docfiles dedup "$s/usr/share/doc/dedup"
 install -m 0755 deploy/debian/postinst deploy/debian/prerm deploy/debian/postrm "$s/DEBIAN/" 2>/dev/null || {
   mkdir -p "$s/DEBIAN"; install -m 0755 deploy/debian/postinst deploy/debian/prerm deploy/debian/postrm "$s/DEBIAN/"; }
@@ -110,7 +110,8 @@ shared PostgreSQL), retransmissions answered from it, in-doubt transfers
 settled by inquiry, and only what surely never arrived sent again.
 .
 This package holds the relay service and its batch jobs (resolve, reprocess,
-purge) with their systemd timers, and inspect." "$s"
+purge) with their systemd timers, inspect, and settle (an operator's decision
+with four eyes, on the record)." "$s"
 # The cron example is documentation, not an active cron file.
 rmdir "$s/etc/cron.d"
 

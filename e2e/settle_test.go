@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/icmd"
+
+	"dedup/lhstd"
+)
+
+// settleAs runs settle as OS user osUser (through SUDO_USER, as sudo sets
+// it) with args.
+func settleAs(t *testing.T, db, osUser string, args ...string) *icmd.Result {
+	t.Helper()
+	cmd := icmd.Command(bin("settle"), append([]string{"--db", db}, args...)...)
+	res := icmd.RunCmd(cmd, icmd.WithTimeout(60*time.Second), icmd.WithEnv(append(os.Environ(), "SUDO_USER="+osUser)...))
+	t.Logf("settle (as %s) %v: exit %d\nstdout: %s\nstderr: %s", osUser, args, res.ExitCode, res.Stdout(), res.Stderr())
+	return res
+}
+
+var proposedRE = regexp.MustCompile(`^settle: proposed id=(\d+) guid=(\w+) as=([a-z-]+)$`)
+
+// propose runs settle propose as kim and returns the proposal's id.
+func propose(t *testing.T, db, guid string, args ...string) string {
+	t.Helper()
+	res := settleAs(t, db, "kim", append([]string{"propose", guid, "--operator", "kim"}, args...)...)
+	res.Assert(t, icmd.Success)
+	m := proposedRE.FindStringSubmatch(lastLine(res.Stdout()))
+	assert.Assert(t, m != nil, "unexpected last line %q", lastLine(res.Stdout()))
+	return m[1]
+}
+
+func eventCount(t *testing.T, db *ledgerDB, guid string) int {
+	t.Helper()
+	var n int
+	assert.NilError(t, db.QueryRow("SELECT count(*) FROM tx_event WHERE guid=?", guid).Scan(&n))
+	return n
+}
+
+// The three decisions end to end, with the real binaries: the row, the
+// stored reply and the channel's next answer are as the spec's table says;
+// a proposal changes nothing but the events; not-applied is then sent once
+// by reprocess; abandoned is E905 byte for byte and never sent.
+func TestSettleDecisionsGiveTheirRowAndReply(t *testing.T) {
+	t.Parallel()
+	c := startCore(t)
+	path, db := newLedger(t)
+	r := startRelay(t, path, c.url)
+	gA, gN, gX := newGUID(), newGUID(), newGUID()
+	tgA, tgN, tgX := telegram(t, gA), telegram(t, gN), telegram(t, gX)
+	insert(t, db, gA, "UNKNOWN", "E901", tgA, nil, 1, "-600 seconds")
+	insert(t, db, gN, "UNKNOWN", "E901", tgN, nil, 1, "-600 seconds")
+	insert(t, db, gX, "FAILED", "E902", tgX, nil, 3, "-600 seconds")
+
+	before := rowsSnapshot(t, db)
+	idA := propose(t, path, gA, "--as", "applied", "--core-ref", "C000000000000042", "--balance", "99850000",
+		"--processed-at", "20261129093001", "--reason", "core team ticket INC-4711")
+	idN := propose(t, path, gN, "--as", "not-applied", "--reason", "core team: never received (INC-4712)")
+	idX := propose(t, path, gX, "--as", "abandoned", "--reason", "customer cancelled; channel informed")
+	assert.DeepEqual(t, rowsSnapshot(t, db), before) // a proposal changes nothing but the events
+	list := settleAs(t, path, "lee", "list")
+	list.Assert(t, icmd.Success)
+	assert.Check(t, is.Equal(strings.Count(list.Stdout(), "\n"), 3), list.Stdout())
+	assert.Check(t, strings.Contains(list.Stdout(), "id="+idA+" guid="+gA+" as=applied by=kim age="), list.Stdout())
+	assert.Check(t, strings.Contains(list.Stdout(), `reason="core team ticket INC-4711"`), list.Stdout())
+
+	for _, id := range []string{idA, idN, idX} {
+		settleAs(t, path, "lee", "approve", id, "--operator", "lee").Assert(t, icmd.Success)
+	}
+	body, err := lhstd.TransferResponseBody("C000000000000042", 99850000, "20261129093001")
+	assert.NilError(t, err)
+	wantA := lhstd.Reply(tgA, "0000", body)
+	rowA := getRow(t, db, gA)
+	assert.Check(t, is.Equal(rowA.State.String, "DONE"))
+	assert.Check(t, is.Equal(string(rowA.Response), string(wantA)))
+	assert.Check(t, is.Equal(string(send(t, r.addr, tgA)), string(wantA)), "the channel did not get the approved reply byte for byte")
+
+	rowN := getRow(t, db, gN)
+	assert.Check(t, is.Equal(rowN.State.String+"/"+rowN.RspCode.String, "FAILED/E902"))
+	res := runJob(t, "reprocess", "--db", path, "--core", c.url)
+	res.Assert(t, icmd.Success)
+	assert.Check(t, is.Equal(getRow(t, db, gN).State.String, "DONE"))
+	s := c.stats(t)
+	assert.Check(t, is.Equal(s.ByGUID[gN], 1), "not-applied was not sent exactly once by reprocess")
+
+	wantX := lhstd.Reply(tgX, "E905", nil)
+	rowX := getRow(t, db, gX)
+	assert.Check(t, is.Equal(rowX.State.String+"/"+rowX.RspCode.String, "DONE/E905"))
+	assert.Check(t, is.Equal(string(rowX.Response), string(wantX)))
+	for i := 0; i < 2; i++ {
+		assert.Check(t, is.Equal(string(send(t, r.addr, tgX)), string(wantX)), "the abandoned transfer's retransmission did not get E905 byte for byte")
+	}
+	res = runJob(t, "reprocess", "--db", path, "--core", c.url, "--max-attempts", "9")
+	res.Assert(t, icmd.Success)
+	assert.Check(t, is.Equal(c.stats(t).ByGUID[gX], 0), "an abandoned transfer was sent")
+	assert.Check(t, is.Equal(c.stats(t).ByGUID[gA], 0))
+
+	// inspect tells each story with its events; --events lists the period.
+	ins := icmd.RunCmd(icmd.Command(bin("inspect"), "--db", path, gA))
+	ins.Assert(t, icmd.Success)
+	assert.Check(t, strings.Contains(ins.Stdout(), "propose by settle:kim(kim)@"), ins.Stdout())
+	assert.Check(t, strings.Contains(ins.Stdout(), "approve by settle:lee(lee)@"), ins.Stdout())
+	since := time.Now().UTC().Add(-time.Hour).Format("2006-01-02T15:04:05")
+	csv := icmd.RunCmd(icmd.Command(bin("inspect"), "--db", path, "--events", "--since", since, "--format", "csv"))
+	csv.Assert(t, icmd.Success)
+	assert.Check(t, strings.HasPrefix(csv.Stdout(), "id,guid,at,actor,action,from_state,to_state,rsp_code,attempts,detail\n"), csv.Stdout())
+	js := icmd.RunCmd(icmd.Command(bin("inspect"), "--db", path, "--events", "--since", since, "--format", "json"))
+	js.Assert(t, icmd.Success)
+	actions := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(js.Stdout()), "\n") {
+		var e struct{ Action string }
+		assert.NilError(t, json.Unmarshal([]byte(line), &e), line)
+		actions[e.Action]++
+	}
+	// reprocess's reclaim and its outcome are on the record too.
+	assert.Check(t, is.DeepEqual(actions, map[string]int{"propose": 3, "approve": 3, "reclaim": 1, "outcome": 1}))
+}
+
+// Four eyes: the proposer cannot approve, under its own name or under
+// another name with the same OS user; nor can another name with the same
+// OS user. The row is untouched until a second person approves.
+func TestSettleNeedsASecondPerson(t *testing.T) {
+	t.Parallel()
+	path, db := newLedger(t)
+	g := newGUID()
+	insert(t, db, g, "UNKNOWN", "E901", telegram(t, g), nil, 1, "-600 seconds")
+	id := propose(t, path, g, "--as", "not-applied", "--reason", "INC-1")
+	for _, who := range []struct{ osUser, operator string }{{"kim", "kim"}, {"kim", "lee"}, {"lee", "kim"}} {
+		res := settleAs(t, path, who.osUser, "approve", id, "--operator", who.operator)
+		assert.Check(t, is.Equal(res.ExitCode, 1), "%+v was allowed to approve kim's proposal", who)
+		assert.Check(t, strings.Contains(res.Stderr(), "needs another person's approval"), res.Stderr())
+	}
+	assert.Equal(t, getRow(t, db, g).State.String, "UNKNOWN")
+	assert.Equal(t, eventCount(t, db, g), 1)
+	settleAs(t, path, "lee", "reject", id, "--operator", "lee", "--reason", "the core team has not confirmed yet").Assert(t, icmd.Success)
+	res := settleAs(t, path, "ann", "approve", id, "--operator", "ann")
+	assert.Check(t, is.Equal(res.ExitCode, 1))
+	assert.Check(t, strings.Contains(res.Stderr(), "already decided"), res.Stderr())
+	assert.Equal(t, getRow(t, db, g).State.String, "UNKNOWN")
+}
+
+// An approval after the row changed (a retransmission reclaimed it,
+// resolve settled it) is refused and changes nothing; so is one of a
+// proposal older than 24 h, which is expired on the record.
+func TestSettleApprovalIsFencedAndExpires(t *testing.T) {
+	t.Parallel()
+	c := startCore(t)
+	path, db := newLedger(t)
+	r := startRelay(t, path, c.url)
+	gF, gU, gOld := newGUID(), newGUID(), newGUID()
+	tgF := telegram(t, gF)
+	insert(t, db, gF, "FAILED", "E902", tgF, nil, 1, "-600 seconds")
+	insert(t, db, gU, "UNKNOWN", "E901", telegram(t, gU), nil, 1, "-600 seconds")
+	idF := propose(t, path, gF, "--as", "abandoned", "--reason", "customer cancelled")
+	idU := propose(t, path, gU, "--as", "not-applied", "--reason", "INC-2")
+
+	assert.Equal(t, code(send(t, r.addr, tgF)), "0000") // the channel's retransmission reclaimed and sent it
+	c.post(t, gU)                                       // the core has it after all: resolve finds it
+	runJob(t, "resolve", "--db", path, "--core", c.url, "--min-age", "0").Assert(t, icmd.Success)
+	for g, id := range map[string]string{gF: idF, gU: idU} {
+		before := rowsSnapshot(t, db)[g]
+		res := settleAs(t, path, "lee", "approve", id, "--operator", "lee")
+		assert.Check(t, is.Equal(res.ExitCode, 1), g)
+		assert.Check(t, strings.Contains(res.Stderr(), "changed since proposal"), res.Stderr())
+		assert.Check(t, is.DeepEqual(rowsSnapshot(t, db)[g], before))
+	}
+
+	insert(t, db, gOld, "UNKNOWN", "E901", telegram(t, gOld), nil, 1, "-600 seconds")
+	idOld := propose(t, path, gOld, "--as", "not-applied", "--reason", "INC-3")
+	_, err := db.Exec("UPDATE tx_event SET at = datetime('now', '-25 hours') WHERE guid=?", gOld)
+	assert.NilError(t, err)
+	res := settleAs(t, path, "lee", "approve", idOld, "--operator", "lee")
+	assert.Check(t, is.Equal(res.ExitCode, 1))
+	assert.Check(t, strings.Contains(res.Stderr(), "expired"), res.Stderr())
+	assert.Equal(t, getRow(t, db, gOld).State.String, "UNKNOWN")
+	var expired int
+	assert.NilError(t, db.QueryRow("SELECT count(*) FROM tx_event WHERE guid=? AND action='expire'", gOld).Scan(&expired))
+	assert.Equal(t, expired, 1)
+}
+
+// A decision on a row in flight (SENT, RECEIVED) or final (DONE) is
+// refused; bad input is exit 2 naming the flag; two approvals of one
+// proposal racing each other: exactly one wins.
+func TestSettleRefusalsUsageAndRacingApprovals(t *testing.T) {
+	t.Parallel()
+	path, db := newLedger(t)
+	gS, gR, gD, gU := newGUID(), newGUID(), newGUID(), newGUID()
+	insert(t, db, gS, "SENT", nil, telegram(t, gS), nil, 1, "-1 seconds")
+	insert(t, db, gR, "RECEIVED", nil, telegram(t, gR), nil, 0, "-1 seconds")
+	insert(t, db, gD, "DONE", "0000", telegram(t, gD), lhstd.Reply(telegram(t, gD), "0000", nil), 1, "-1 seconds")
+	insert(t, db, gU, "UNKNOWN", "E901", telegram(t, gU), nil, 1, "-600 seconds")
+	for _, g := range []string{gS, gR, gD} {
+		for _, as := range []string{"not-applied", "abandoned"} {
+			res := settleAs(t, path, "kim", "propose", g, "--as", as, "--reason", "x")
+			assert.Check(t, is.Equal(res.ExitCode, 1), "%s --as %s", g, as)
+			assert.Check(t, strings.Contains(res.Stderr(), "settle: refused: "), res.Stderr())
+		}
+		assert.Check(t, is.Equal(eventCount(t, db, g), 0))
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"propose", gU, "--as", "not-applied"}, "--reason"},
+		{[]string{"propose", gU, "--as", "applied", "--core-ref", "C1", "--reason", "x"}, "--core-ref, --balance and --processed-at"},
+		{[]string{"propose", gU, "--as", "applied", "--core-ref", "C1", "--balance", "5", "--processed-at", "2026-11-29", "--reason", "x"}, "--processed-at"},
+		{[]string{"propose", gU, "--as", "applied", "--core-ref", "C1", "--balance", "-5", "--processed-at", "20261129093001", "--reason", "x"}, "--balance"},
+		{[]string{"propose", "20261201MOB000000000000000NOPE01", "--as", "not-applied", "--reason", "x"}, "no row"},
+		{[]string{"propose", gU, "--as", "maybe", "--reason", "x"}, "--as"},
+		{[]string{"reject", "1"}, "--reason"},
+	} {
+		res := settleAs(t, path, "kim", tc.args...)
+		assert.Check(t, is.Equal(res.ExitCode, 2), "%v", tc.args)
+		assert.Check(t, strings.Contains(res.Stderr(), tc.want), "%v: %s", tc.args, res.Stderr())
+		assert.Check(t, is.Equal(strings.Count(res.Stderr(), "settle: "), 1), "not one line: %s", res.Stderr())
+	}
+	assert.Check(t, is.Equal(eventCount(t, db, gU), 0))
+
+	id := propose(t, path, gU, "--as", "not-applied", "--reason", "INC-9")
+	var wg sync.WaitGroup
+	codes := make([]int, 6)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			who := fmt.Sprintf("op%d", i)
+			codes[i] = settleAs(t, path, who, "approve", id, "--operator", who).ExitCode
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	for _, c := range codes {
+		if c == 0 {
+			wins++
+		}
+	}
+	assert.Equal(t, wins, 1, "exit codes %v", codes)
+	var approvals int
+	assert.NilError(t, db.QueryRow("SELECT count(*) FROM tx_event WHERE action='approve'").Scan(&approvals))
+	assert.Equal(t, approvals, 1)
+	assert.Equal(t, getRow(t, db, gU).State.String, "FAILED")
+}
