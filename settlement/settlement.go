@@ -94,7 +94,9 @@ type Proposal struct {
 // Check reports what is wrong with p on its face (exit 2), before the
 // ledger is read.
 func (p Proposal) Check() error {
-	usage := func(format string, a ...any) error { return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, a...)...) }
+	usage := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, a...)...)
+	}
 	if !lhstd.IsGUID(p.GUID) {
 		return usage("GUID %q is not 32 characters of [0-9A-Za-z]", p.GUID)
 	}
