@@ -10,12 +10,14 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -92,6 +94,7 @@ type counters struct {
 	relayKill, relayTerm, coreDown, coreKill, resolve, reprocess, purge atomic.Int64
 	dbRestart, relayFreeze                                              atomic.Int64
 	linkBlackHole, linkPartition                                        atomic.Int64
+	settleProposed, settleApproved, settleRefused                       atomic.Int64
 	haPostmaster, haHostLoss, haSwitchover, haSyncLost, haIsolated      atomic.Int64
 }
 
@@ -226,6 +229,8 @@ func TestFaultCampaign(t *testing.T) {
 	fmt.Printf("faults injected: relay_kill9=%d relay_sigterm=%d relay_sigstop=%d core_down=%d core_kill9=%d link_black_hole=%d link_partition=%d db_restart=%d resolve=%d reprocess=%d purge=%d\n",
 		n.relayKill.Load(), n.relayTerm.Load(), n.relayFreeze.Load(), n.coreDown.Load(), n.coreKill.Load(), n.linkBlackHole.Load(), n.linkPartition.Load(),
 		n.dbRestart.Load(), n.resolve.Load(), n.reprocess.Load(), n.purge.Load())
+	fmt.Printf("settle: proposed=%d approved=%d refused=%d (the row changed meanwhile, or the proposal was decided)\n",
+		n.settleProposed.Load(), n.settleApproved.Load(), n.settleRefused.Load())
 	if *fLedger == "patroni" {
 		fmt.Printf("faults injected (HA): primary_postmaster_kill9=%d primary_host_lost=%d primary_isolated=%d switchover=%d sync_standby_lost=%d\n",
 			n.haPostmaster.Load(), n.haHostLoss.Load(), n.haIsolated.Load(), n.haSwitchover.Load(), n.haSyncLost.Load())
@@ -257,6 +262,7 @@ func TestFaultCampaign(t *testing.T) {
 	fmt.Printf("check 2 nothing lost: %s (DONE=%d FAILED-exhausted=%d never-accepted=%d)\n", verdict("lost"), stats.done, stats.exhausted, stats.neverAccepted)
 	fmt.Printf("check 3 truthful replies: %s (0000 replies=%d)\n", verdict("reply"), stats.ok0000)
 	fmt.Printf("check 4 consistency with the core: %s\n", verdict("core"))
+	fmt.Printf("check 5 every change on the record (events): %s\n", verdict("events"))
 	if len(violations) == 0 {
 		fmt.Println("faults: all checks passed")
 	}
@@ -400,7 +406,7 @@ func (c *campaign) channel(ctx context.Context, id int) {
 
 func final(codes []string) bool {
 	for _, c := range codes {
-		if c == "0000" || c == "E500" || strings.HasPrefix(c, "B2") {
+		if c == "0000" || c == "E500" || c == "E905" || strings.HasPrefix(c, "B2") {
 			return true
 		}
 	}
@@ -493,10 +499,20 @@ func (c *campaign) faults(ctx context.Context) {
 		case c.ha != nil:
 			kinds = 10
 		}
-		if c.intn(kinds+1) == kinds {
+		switch c.intn(kinds + 2) {
+		case kinds:
 			// A broken link to the core that heals later (docs/rules.md
 			// rule 12), as likely as any other fault.
 			c.linkFault()
+			continue
+		case kinds + 1:
+			// Two operators decide about a row in doubt, racing the
+			// relays and the jobs.
+			jobs.Add(1)
+			go func() {
+				defer jobs.Done()
+				c.settleAction()
+			}()
 			continue
 		}
 		k := c.intn(kinds)
@@ -905,7 +921,7 @@ func (c *campaign) check(db *ledgerDB) runResult {
 				}
 			case e.code == "E904" || e.code == "E900":
 				violate("reply", g, "channel %d got %s for a faithful retransmission", e.channel, e.code)
-			case (strings.HasPrefix(e.code, "B2") || e.code == "E500") && applied > 0:
+			case (strings.HasPrefix(e.code, "B2") || e.code == "E500" || e.code == "E905") && applied > 0:
 				violate("core", g, "channel %d was told %s but the core applied it", e.channel, e.code)
 			}
 		}
@@ -916,8 +932,147 @@ func (c *campaign) check(db *ledgerDB) runResult {
 		if applied > 0 && !(inLedger && r.state == "DONE" && r.rsp == "0000") {
 			violate("core", g, "the core applied it but the ledger says %s/%s", r.state, r.rsp)
 		}
+		// 5. every change on the record: each reclaim has its event, and
+		// once a row has events, every later change has one (the first
+		// send's claim and outcome are the only changes without), so the
+		// last event that changed the row names its state now.
+		if inLedger {
+			ev := eventsOf(c.t, db, g)
+			if ev.reclaims != r.attempts-1 {
+				violate("events", g, "%d reclaim events for attempts %d", ev.reclaims, r.attempts)
+			}
+			if ev.lastTo != "" && ev.lastTo != r.state {
+				violate("events", g, "the last change on the record is to %s, the row is %s", ev.lastTo, r.state)
+			}
+		}
 	}
 	return res
+}
+
+// recorded is what a GUID's events say.
+type recorded struct {
+	reclaims int
+	lastTo   string // to_state of the last event that changed the row
+}
+
+func eventsOf(t *testing.T, db *ledgerDB, g string) recorded {
+	var out recorded
+	rs, err := db.Query("SELECT action, COALESCE(to_state, '') FROM tx_event WHERE guid=? ORDER BY id", g)
+	assert.NilError(t, err)
+	defer rs.Close()
+	for rs.Next() {
+		var action, to string
+		assert.NilError(t, rs.Scan(&action, &to))
+		if action == "reclaim" {
+			out.reclaims++
+		}
+		if to != "" {
+			out.lastTo = to
+		}
+	}
+	return out
+}
+
+// settleAction is two operators deciding about one row in doubt, on true
+// evidence from the core's team (the fixture's own record): an UNKNOWN row
+// past --min-age is proposed applied (with the core's reference from a
+// lookup) or not-applied, a FAILED/E902 row abandoned; a second operator
+// approves at once. The relays and the jobs race them; the fence decides.
+func (c *campaign) settleAction() {
+	db := openDB(c.t, c.db)
+	var g, state string
+	err := db.QueryRow("SELECT guid, state FROM tx WHERE guid NOT LIKE 'OLD%' AND ((state='UNKNOWN' AND updated_at <= datetime('now', ?)) OR (state='FAILED' AND rsp_code='E902')) ORDER BY random() LIMIT 1",
+		"-"+resolveMinAge+" seconds").Scan(&g, &state)
+	if err != nil {
+		return // nothing in doubt now, or the database is down
+	}
+	args := []string{"propose", g, "--operator", "kim", "--reason", "campaign: the core's own record"}
+	switch {
+	case state == "FAILED":
+		args = append(args, "--as", "abandoned")
+	case c.coreApplied(g):
+		ref, balance, at, ok := c.coreLookup(g)
+		if !ok {
+			return
+		}
+		args = append(args, "--as", "applied", "--core-ref", ref, "--balance", balance, "--processed-at", at)
+	default:
+		args = append(args, "--as", "not-applied")
+	}
+	out, code := c.settleRun("kim", args...)
+	if code != 0 {
+		c.n.settleRefused.Add(1)
+		c.logf("settle %s: exit %d: %s", g, code, out)
+		return
+	}
+	c.n.settleProposed.Add(1)
+	m := proposedRE.FindStringSubmatch(lastLine(out))
+	if m == nil {
+		c.t.Errorf("seed %d: settle propose printed %q", c.seed, out)
+		return
+	}
+	out, code = c.settleRun("lee", "approve", m[1], "--operator", "lee")
+	if code == 0 {
+		c.n.settleApproved.Add(1)
+	} else {
+		c.n.settleRefused.Add(1)
+	}
+	c.logf("settle %s (%s): %s: exit %d %s", g, state, args[len(args)-1], code, strings.TrimSpace(out))
+}
+
+// settleRun runs settle as OS user who and returns its output and exit
+// status; a usage error (exit 2) is a bug of the campaign or of settle.
+func (c *campaign) settleRun(who string, args ...string) (string, int) {
+	cmd := exec.Command(bin("settle"), append(append([]string{"--db", c.db}, c.dbFlags...), args...)...)
+	cmd.Env = append(os.Environ(), "SUDO_USER="+who)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if err != nil {
+		code = -1
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+	}
+	if code == 2 {
+		c.t.Errorf("seed %d: settle %v: usage error: %s", c.seed, args, out)
+	}
+	return string(out), code
+}
+
+// coreClient is an HTTP client for the fixture core's own endpoints.
+func (c *campaign) coreHTTP() *http.Client {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	if c.pki != nil {
+		cfg := c.pki.clientTLS(c.t, &c.pki.relayCli)
+		cfg.ServerName = ""
+		client.Transport = &http.Transport{Proxy: nil, TLSClientConfig: cfg}
+	}
+	return client
+}
+
+// coreApplied is the core's team's answer: did the core apply g?
+func (c *campaign) coreApplied(g string) bool {
+	s, err := channelsim.FetchStatsVia(context.Background(), c.coreHTTP(), c.coreURL)
+	return err == nil && s.AppliedByGUID[g] > 0
+}
+
+// coreLookup reads the core's record of an applied g.
+func (c *campaign) coreLookup(g string) (ref, balance, at string, ok bool) {
+	resp, err := c.coreHTTP().Get(c.coreURL + "/v1/transfers/" + g)
+	if err != nil {
+		return "", "", "", false
+	}
+	defer resp.Body.Close()
+	var a struct {
+		Ref         string `json:"ref"`
+		Balance     int64  `json:"balance"`
+		ProcessedAt string `json:"processed_at"`
+	}
+	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&a) != nil {
+		return "", "", "", false
+	}
+	return a.Ref, fmt.Sprint(a.Balance), a.ProcessedAt, true
 }
 
 func anyCode(codes []string, f func(string) bool) bool {

@@ -40,6 +40,8 @@
  *  MUT_GRACEFUL_CLOSE     a connection given up on is closed gracefully: the
  *                         kernel keeps the request and delivers it when the
  *                         link heals (rule 12)
+ *  MUT_SETTLE_NO_FENCE    an operator's approval changes the row without
+ *                         checking that it is still as proposed (settle)
  *  MUT_NO_CONFIRM         a holder paused (its monotonic clock stood still)
  *                         sends without confirming its claim on the
  *                         ledger's clock (rule 13)
@@ -65,11 +67,18 @@ mtype = { NONE, SENT, DONE, UNKNOWN, FAILED };
  * R_OK 0000 (applied); R_REJ B2xx or E500 (final, not applied); R_E901
  * unknown; R_E902 not sent; R_E903 in progress; R_LEASE (internal) refused
  * for the lease, nothing written, answered E902. */
-mtype = { R_NONE, R_OK, R_REJ, R_E901, R_E902, R_E903, R_LEASE };
+mtype = { R_NONE, R_OK, R_REJ, R_E901, R_E902, R_E903, R_LEASE, R_E905 };
 
 #define CAP     3   /* reprocess --max-attempts */
 #define COPIES  2   /* the channel's sends of the telegram (two relays may take them at once) */
+#ifdef SETTLE
+/* The operator's decision joins the protocol (scripts/model.sh checks this
+ * configuration on its own): with smaller budgets of the other faults, so
+ * that the search stays whole. */
+#define FAULTS  1
+#else
 #define FAULTS  2   /* core faults in all: refused, dropped, reset after applying, late */
+#endif
 
 /* the ledger row */
 mtype st = NONE, rsp = R_NONE;
@@ -83,8 +92,16 @@ byte pending = 0;        /* requests still being processed after their caller ti
 byte faults = FAULTS;
 
 /* faults of the holders, in all */
+#ifdef SETTLE
+byte crashes = 0;
+#else
 byte crashes = 1;        /* a holder dies */
+#endif
+#ifdef SETTLE
+byte stalls = 0;
+#else
 byte stalls = 1;         /* a holder stops between claim and send: frozen past its lease, or its VM paused */
+#endif
 bool paused[CAP + COPIES + 1];/* the holder of claim e is paused: its claim looks orphaned on the ledger's clock */
 byte stuck = 0;          /* requests a broken link left in a sender's kernel (only under MUT_GRACEFUL_CLOSE) */
 
@@ -116,7 +133,7 @@ inline core(e, res) {
 		fi;
 		/* (1) the core applies each GUID at most once; (2) never after "rejected" */
 		assert(applied <= 1);
-		assert(!(applied > 0 && told == R_REJ));
+		assert(!(applied > 0 && (told == R_REJ || told == R_E905)));
 #ifdef MUT_RESET_FAILED
 		if
 		:: res == R_E901 -> res = R_E902
@@ -292,11 +309,12 @@ end:
 	:: toChan?code ->
 		printf("channel: hears %e\n", code);
 		if
-		:: code == R_OK || code == R_REJ ->
+		:: code == R_OK || code == R_REJ || code == R_E905 ->
 			assert(told == R_NONE || told == code);
 			told = code;
 			assert(code != R_OK || applied == 1);
-			assert(code != R_REJ || applied == 0)
+			assert(code != R_REJ || applied == 0);
+			assert(code != R_E905 || applied == 0)
 		:: else
 		fi
 	od
@@ -313,10 +331,44 @@ end:
 		:: printf("core: rejects a late request\n")
 		fi;
 		assert(applied <= 1);
-		assert(!(applied > 0 && told == R_REJ))
+		assert(!(applied > 0 && (told == R_REJ || told == R_E905)))
 	   }
 	od
 }
+
+/* settle: one operator proposes a decision on a row inquiry could not
+ * settle, on evidence that is true when it is proposed (the core's team
+ * answers truthfully), and another approves it later, fenced on the row as
+ * proposed (state, attempts, updated_at). Applied and not-applied are for
+ * UNKNOWN rows (not-applied only once the core holds nothing that could
+ * still land: rule 12's bound has passed); abandoned is for FAILED/E902
+ * rows: DONE/E905, final, never sent. */
+#ifdef SETTLE
+active proctype Operator() {
+	mtype from, to, code;
+	byte pAtt, pUpd;
+end:	/* a row may never need a person */
+	atomic {
+		if
+		:: st == UNKNOWN && applied > 0 -> to = DONE; code = R_OK
+		:: st == UNKNOWN && applied == 0 && pending == 0 && stuck == 0 -> to = FAILED; code = R_E902
+		:: st == FAILED && rsp == R_E902 -> to = DONE; code = R_E905
+		fi;
+		from = st; pAtt = att; pUpd = upd;
+		printf("settle: kim proposes %e/%e for the %e row (attempt %d)\n", to, code, from, pAtt)
+	}
+end_proposed:	/* the approval may never come (it expires) */
+	atomic {
+#ifdef MUT_SETTLE_NO_FENCE
+		st == from ->
+#else
+		st == from && att == pAtt && upd == pUpd ->
+#endif
+		st = to; rsp = code; upd++;
+		printf("settle: lee approves: the row is now %e/%e\n", st, rsp)
+	}
+}
+#endif
 
 /* a request a broken link left in a sender's kernel reaches the core when
  * the link heals, at any moment (MUT_GRACEFUL_CLOSE only) */
@@ -415,6 +467,7 @@ active proctype Settled() {
 	assert(st == DONE || (st == FAILED && rsp == R_E902 && att >= CAP) || (st == NONE && purged == DONE));
 	assert(!(st == DONE && rsp == R_OK) || applied == 1);
 	assert(!(st == DONE && rsp == R_REJ) || applied == 0);
+	assert(!(st == DONE && rsp == R_E905) || applied == 0);
 	assert(!(st == FAILED) || applied == 0)
 }
 

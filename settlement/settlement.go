@@ -192,14 +192,15 @@ func Propose(ctx context.Context, l ledger.Ledger, p Proposal, who Person) (int6
 	}
 	d := proposed{As: p.As, Reason: p.Reason, CoreRef: p.CoreRef, Balance: p.Balance, ProcessedAt: p.ProcessedAt,
 		Operator: who.Operator, OSUser: who.OSUser, RowUpdatedAt: row.UpdatedAt}
-	to, err := target(p.As, row, d)
-	if err != nil {
-		return 0, err
-	}
 	detail, _ := json.Marshal(d)
 	attempts := row.Attempts
+	if _, err := target(p.As, row, d); err != nil {
+		return 0, err
+	}
+	// A proposal changes nothing: its event's to_state is NULL, and what
+	// is proposed is in its detail.
 	return l.AddEvent(ctx, ledger.Event{GUID: p.GUID, Actor: who.Actor(), Action: ledger.ActionPropose,
-		FromState: string(row.State), ToState: string(to.State), RspCode: to.RspCode, Attempts: &attempts, Detail: string(detail)})
+		FromState: string(row.State), Attempts: &attempts, Detail: string(detail)})
 }
 
 // Open is a proposal waiting for its decision.
