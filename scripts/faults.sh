@@ -50,7 +50,7 @@ campaign() { # extra go test -args...
   go test -tags faults -count=1 -timeout 30m -parallel "$parallel" -run '^TestFaultCampaign$' -v ./e2e/ \
     -args -faults.runs="$runs" -faults.seed="$seed" -faults.duration="$duration" -faults.ledger="$ledger" -faults.tls="$tls" "$@"
 }
-summary() { grep -E '^(faults|check [0-9]|failover)' || true; }
+summary() { grep -E '^(faults|check [0-9]|failover|settle:)' || true; }
 
 if [ "$broken" = 1 ]; then
   campaign -faults.broken=true | summary
