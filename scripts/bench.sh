@@ -34,16 +34,25 @@
 #   certificate; keep-alive connections and session resumption, as
 #   deployed); relay CPU per transaction; tls_vs_plain = TLS tx/s / plain.
 #
+# Table 4 (real binaries): the hot path before and after a change: the same
+#   load (SQLite FULL on the disk) against this checkout's relay and against
+#   the relay built from BENCH_BASE (default: the last commit before the
+#   events table, so that what the events cost the claim -> outcome path is
+#   measured in the same run), points alternating.
+#
 # Also: the idle fsync p50 of this disk for an in-place overwrite of 16 KiB.
 #
 #   scripts/bench.sh [SECONDS_PER_POINT]     (default 5)
-#   BENCH_TABLES="3" scripts/bench.sh        only some tables (default "1 2 3")
+#   BENCH_TABLES="3" scripts/bench.sh        only some tables (default "1 2 3 4")
+#   BENCH_BASE=REV scripts/bench.sh          table 4 against the relay built from REV
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 secs=${1:-5}
-tables=${BENCH_TABLES:-1 2 3}
+tables=${BENCH_TABLES:-1 2 3 4}
+# The last commit before the events table (tx_event): table 4's "before".
+base=${BENCH_BASE:-7748061}
 want() { [[ " $tables " == *" $1 "* ]]; }
 
 go build -buildvcs=auto -o bin/ ./...
@@ -231,4 +240,28 @@ for c in 1 16 64; do
   done
 done
 echo "target: TLS costs at most 25 % of the plain relay's tx/s at 64 connections (tls_vs_plain >= 75 %)"
+fi
+
+if want 4; then
+echo
+echo "== table 4: the hot path before ($base) and after (this checkout), SQLite FULL on the disk, ${secs}s per point"
+git worktree add -q --detach "$work/base" "$base"
+(cd "$work/base" && go build -o "$work/base-bin/" ./relay)
+git worktree remove --force "$work/base"
+bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
+pids+=($!)
+core="http://$(wait_listening "$work/core.log")"
+printf "%-8s %-6s %9s %8s %8s %10s %14s\n" "relay" "conns" "tx/s" "p50ms" "p99ms" "cpu_us/tx" "applied_twice"
+for c in 1 16 64; do
+  for which in before after; do
+    rm -f "$work"/relay.db*
+    relay_bin=bin/relay
+    [ "$which" = before ] && relay_bin="$work/base-bin/relay"
+    load_point "$work/relay.db" "$core" -- --core "$core"
+    printf "%-8s %-6s %9s %8s %8s %10s %14s\n" "$which" "$c" "$tps" "$p50" "$p99" "$cpu" "$twice" | tee -a "$work/table4.txt"
+  done
+done
+relay_bin=bin/relay
+awk '{ t[$1, $2] = $3 } END { for (c = 1; c <= 64; c *= 4) if ((("before", c) in t) && t["before", c] > 0)
+  printf "after / before at %d conns: %.0f%% (%d against %d tx/s)\n", c, 100*t["after", c]/t["before", c], t["after", c], t["before", c] }' "$work/table4.txt"
 fi
