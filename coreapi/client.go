@@ -270,6 +270,12 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte, 
 	var lcs []*leaseConn // every connection this request was handed (a retry gets another)
 	var lastGen uint64   // the request's number on the last of them
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		// Connected: from here the exchange's timeout bounds the rest,
+		// the confirmation below included (a confirmation cut short by
+		// it refuses the request, with nothing written: E902).
+		if got.CompareAndSwap(false, true) {
+			timer.Reset(c.timeout)
+		}
 		if l, ok := info.Conn.(leased); ok {
 			lc := l.leaseConn()
 			gen := lc.arm(lease)
@@ -288,9 +294,6 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte, 
 			lcs = append(lcs, lc)
 			lastGen = gen
 			lcMu.Unlock()
-		}
-		if got.CompareAndSwap(false, true) {
-			timer.Reset(c.timeout)
 		}
 	}}
 	var rd io.Reader
