@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -397,6 +398,24 @@ func (c *Cluster) Members() ([]Member, error) {
 	return nil, fmt.Errorf("no Patroni answered: %w", last)
 }
 
+// StuckReplica is how long WaitHealthy lets a replica fail to run before
+// it reinitializes it.
+const StuckReplica = 30 * time.Second
+
+func postJSON(url, body string) error {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	resp, err := client.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
 func getJSON(url string, v any) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil}}
 	resp, err := client.Get(url)
@@ -468,17 +487,40 @@ func (c *Cluster) WaitLeader(timeout time.Duration) (*Node, error) {
 
 // WaitHealthy waits until every node runs, with a leader and a
 // synchronous standby.
+//
+// A replica that has not run for StuckReplica (Patroni's "starting" while
+// its WAL is ahead of the new primary's timeline, which it cannot follow and
+// Patroni does not rewind) is reinitialized from the primary, once, as an
+// operator would (patronictl reinit); the harness says so on stderr. That
+// heals the test cluster, not the relay: the tests' checks of what the
+// relay did are unchanged.
 func (c *Cluster) WaitHealthy(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	notRunning := map[string]time.Time{}
+	reinit := map[string]bool{}
 	for {
 		ms, err := c.Members()
 		if err == nil && len(ms) == len(c.Nodes) {
 			roles := map[string]int{}
-			running := 0
 			for _, m := range ms {
 				roles[m.Role]++
+			}
+			running := 0
+			for _, m := range ms {
 				if m.State == "running" || m.State == "streaming" {
 					running++
+					delete(notRunning, m.Name)
+					continue
+				}
+				if _, ok := notRunning[m.Name]; !ok {
+					notRunning[m.Name] = time.Now()
+				}
+				if m.Role != "leader" && roles["leader"] > 0 && !reinit[m.Name] && time.Since(notRunning[m.Name]) > StuckReplica {
+					if n := c.node(m.Name); n != nil {
+						reinit[m.Name] = true
+						err := postJSON(fmt.Sprintf("http://%s:%d/reinitialize", n.Host, n.APIPort), `{"force": true}`)
+						fmt.Fprintf(os.Stderr, "hatest: replica %s has not run for %v (%s): reinitialized from the primary (%v)\n", m.Name, StuckReplica, m.State, err)
+					}
 				}
 			}
 			if roles["leader"] == 1 && roles["sync_standby"] >= 1 && running == len(ms) {
