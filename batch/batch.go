@@ -310,42 +310,39 @@ func Purge(ctx context.Context, l ledger.Ledger, days, eventDays int, maxSkew ti
 		}
 		total = n
 	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return sum, fmt.Errorf("interrupted: %w", err)
-		}
-		start := time.Now()
-		n, err := l.PurgeBatch(ctx, days, PurgeBatchSize)
-		if err != nil {
-			return sum, err
-		}
+	err := inBatches(ctx, func(ctx context.Context) (int64, error) { return l.PurgeBatch(ctx, days, PurgeBatchSize) }, func(n int64) {
 		sum.Deleted += n
 		if progress != nil {
 			progress(sum.Deleted, total)
 		}
-		if n < PurgeBatchSize {
-			break
-		}
-		time.Sleep(max(purgePause, 2*time.Since(start)))
+	})
+	if err != nil || eventDays <= 0 {
+		return sum, err
 	}
-	if eventDays <= 0 {
-		return sum, nil
+	err = inBatches(ctx, func(ctx context.Context) (int64, error) { return l.PurgeEvents(ctx, eventDays, PurgeBatchSize) },
+		func(n int64) { sum.EventsDeleted += n })
+	if sum.EventsDeleted > 0 {
+		log.Info("purge: events older than --event-days deleted", "events", sum.EventsDeleted, "event_days", eventDays)
 	}
+	return sum, err
+}
+
+// inBatches runs batch until it deletes fewer than PurgeBatchSize rows,
+// telling done of each batch's count, and pauses between batches so that
+// a relay's claims are never kept waiting long (see purgePause).
+func inBatches(ctx context.Context, batch func(context.Context) (int64, error), done func(int64)) error {
 	for {
 		if err := ctx.Err(); err != nil {
-			return sum, fmt.Errorf("interrupted: %w", err)
+			return fmt.Errorf("interrupted: %w", err)
 		}
 		start := time.Now()
-		n, err := l.PurgeEvents(ctx, eventDays, PurgeBatchSize)
+		n, err := batch(ctx)
 		if err != nil {
-			return sum, err
+			return err
 		}
-		sum.EventsDeleted += n
+		done(n)
 		if n < PurgeBatchSize {
-			if sum.EventsDeleted > 0 {
-				log.Info("purge: events older than --event-days deleted", "events", sum.EventsDeleted, "event_days", eventDays)
-			}
-			return sum, nil
+			return nil
 		}
 		time.Sleep(max(purgePause, 2*time.Since(start)))
 	}
