@@ -8,6 +8,7 @@ package relayd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -156,7 +157,13 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	}
 
 	// Orphans first: a row left SENT by a crash must not answer E903 forever.
-	if err := srv.SweepOrphans(context.Background()); err != nil {
+	// Another process holding the write lock past the busy timeout (a
+	// backup, a frozen relay) does not keep the relay from starting: it
+	// serves retransmissions from the rows (rule 14), and its sweeper tries
+	// again every sweep interval.
+	if err := srv.SweepOrphans(context.Background()); errors.Is(err, ledger.ErrBusy) {
+		log.Warn("orphan sweep at start: the ledger is locked by another writer; starting anyway, the sweep runs again shortly", "error", err)
+	} else if err != nil {
 		return fail("ledger %s: %v", backend.Describe(f.DB), err)
 	}
 	// Say it once, at start, if the core accepts no connection: every new
