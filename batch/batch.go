@@ -268,9 +268,11 @@ func (s PurgeSummary) Fields() []Field {
 	return f
 }
 
-// PurgeBatchSize is how many rows one purge transaction deletes: small
-// enough that a relay's claim never waits long behind it.
-const PurgeBatchSize = 500
+// PurgeBatchSize is the most rows one purge batch deletes. Each backend
+// also bounds how long a batch holds its locks (SQLite: ledger.PurgeHold
+// of the write lock), so a batch may delete fewer rows than asked while
+// more remain; a purge ends at the first batch that deletes none.
+const PurgeBatchSize = 5000
 
 // purgePause is the least pause between two purge batches. Neither backend
 // has a fair queue for its write lock (SQLite's writers poll for it, every
@@ -327,9 +329,9 @@ func Purge(ctx context.Context, l ledger.Ledger, days, eventDays int, maxSkew ti
 	return sum, err
 }
 
-// inBatches runs batch until it deletes fewer than PurgeBatchSize rows,
-// telling done of each batch's count, and pauses between batches so that
-// a relay's claims are never kept waiting long (see purgePause).
+// inBatches runs batch until it deletes nothing, telling done of each
+// batch's count, and pauses between batches so that a relay's claims are
+// never kept waiting long (see purgePause).
 func inBatches(ctx context.Context, batch func(context.Context) (int64, error), done func(int64)) error {
 	for {
 		if err := ctx.Err(); err != nil {
@@ -341,7 +343,7 @@ func inBatches(ctx context.Context, batch func(context.Context) (int64, error), 
 			return err
 		}
 		done(n)
-		if n < PurgeBatchSize {
+		if n == 0 {
 			return nil
 		}
 		time.Sleep(max(purgePause, 2*time.Since(start)))

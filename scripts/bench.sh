@@ -40,17 +40,31 @@
 #   events table, so that what the events cost the claim -> outcome path is
 #   measured in the same run), points alternating.
 #
+# Table 5 (real binaries): flat with the ledger's size. The same load at 16
+#   and 64 connections on ledgers preloaded with 0, 1 million and 10 million
+#   DONE rows (BENCH_SCALE to change the sizes) spread evenly over the last 7
+#   days, with GUIDs of the channels' form (date, channel, 21 random digits)
+#   and the request and reply telegrams of the real sizes (135 and 117
+#   bytes), on SQLite (FULL, on the disk) and PostgreSQL. Each preload is one
+#   INSERT ... SELECT (a recursive CTE on SQLite, generate_series on
+#   PostgreSQL), timed. vs_empty = tx/s / the empty ledger's tx/s. On the
+#   largest ledger, `purge --days 3` (the older 4/7 of the rows) runs while 16
+#   connections send: its rows per second, and the load's tx/s, p99 and
+#   slowest reply during it (vs_empty there is against the same ledger's
+#   16-connection point just before).
+#
 # Also: the idle fsync p50 of this disk for an in-place overwrite of 16 KiB.
 #
 #   scripts/bench.sh [SECONDS_PER_POINT]     (default 5)
-#   BENCH_TABLES="3" scripts/bench.sh        only some tables (default "1 2 3 4")
+#   BENCH_TABLES="3" scripts/bench.sh        only some tables (default "1 2 3 4 5")
+#   BENCH_SCALE="0 1000000" scripts/bench.sh table 5's ledger sizes (default "0 1000000 10000000")
 #   BENCH_BASE=REV scripts/bench.sh          table 4 against the relay built from REV
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 secs=${1:-5}
-tables=${BENCH_TABLES:-1 2 3 4}
+tables=${BENCH_TABLES:-1 2 3 4 5}
 # The last commit before the events table (tx_event): table 4's "before".
 base=${BENCH_BASE:-7748061}
 want() { [[ " $tables " == *" $1 "* ]]; }
@@ -264,4 +278,107 @@ done
 relay_bin=bin/relay
 awk '{ t[$1, $2] = $3 } END { for (c = 1; c <= 64; c *= 4) if ((("before", c) in t) && t["before", c] > 0)
   printf "after / before at %d conns: %.0f%% (%d against %d tx/s)\n", c, 100*t["after", c]/t["before", c], t["after", c], t["before", c] }' "$work/table4.txt"
+fi
+
+if want 5; then
+echo
+echo "== table 5: the ledger's size, SQLite FULL on the disk and PostgreSQL, channel load --dup-ratio 0.1, ${secs}s per point"
+scale=${BENCH_SCALE:-0 1000000 10000000}
+largest=$(tr ' ' '\n' <<<"$scale" | sort -n | tail -n1)
+bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
+pids+=($!)
+core="http://$(wait_listening "$work/core.log")"
+pgurl=$(scripts/pg.sh start "$work/pg5")
+trap 'scripts/pg.sh stop "$work/pg5"; cleanup' EXIT
+# preload_sqlite FILE ROWS and preload_postgres URL ROWS: one INSERT ... SELECT
+# of ROWS DONE rows, oldest first, updated_at spread over the last 7 days.
+preload_sqlite() {
+  sqlite3 "$1" <schema.sql
+  [ "$2" -gt 0 ] || return 0
+  sqlite3 -cmd ".parameter set :rows $2" "$1" >/dev/null <<'SQL'
+PRAGMA journal_mode=OFF;
+PRAGMA synchronous=OFF;
+PRAGMA cache_size=-1000000;
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i+1 FROM n WHERE i < :rows - 1),
+r AS (SELECT datetime('now', printf('-%d seconds', 604800 - i * 604800 / :rows)) AS ts,
+             CASE i % 3 WHEN 0 THEN 'MOB' WHEN 1 THEN 'IBK' ELSE 'ATM' END AS ch,
+             printf('%021d', abs(random() % 1000000000000000000)) AS rnd FROM n),
+g AS (SELECT ts, ch, strftime('%Y%m%d', ts) || ch || rnd AS guid, strftime('%Y%m%d%H%M%S', ts) AS sent FROM r)
+INSERT OR IGNORE INTO tx SELECT guid, 'TRF00001', 'DONE', '0000',
+  CAST(printf('00000127%sTRF00001S    %s%s  1102003000400111020030004002%015drent november       ', guid, ch, sent, 150000) AS BLOB),
+  CAST(printf('00000109%sTRF00001R0000%s%s  C%015d%015d%s', guid, ch, sent, 42, 99850000, sent) AS BLOB),
+  1, ts FROM g;
+PRAGMA journal_mode=WAL;
+SQL
+}
+preload_postgres() {
+  PGOPTIONS="-c client_min_messages=warning" psql "$1" -qc "DROP TABLE IF EXISTS tx; DROP TABLE IF EXISTS tx_event" >/dev/null
+  bin/inspect --db "$1" --summary >/dev/null   # creates the schema, as every binary does
+  [ "$2" -gt 0 ] || return 0
+  psql "$1" -v rows="$2" -q <<'SQL'
+INSERT INTO tx
+SELECT guid, 'TRF00001', 'DONE', '0000',
+  convert_to('00000127' || guid || 'TRF00001S    ' || ch || sent || '  1102003000400111020030004002' || lpad('150000', 15, '0') || 'rent november       ', 'UTF8'),
+  convert_to('00000109' || guid || 'TRF00001R0000' || ch || sent || '  C' || lpad('42', 15, '0') || lpad('99850000', 15, '0') || sent, 'UTF8'),
+  1, ts
+FROM (SELECT ts, ch, to_char(ts AT TIME ZONE 'UTC', 'YYYYMMDD') || ch || lpad((random() * 1e18)::bigint::text, 21, '0') AS guid,
+             to_char(ts AT TIME ZONE 'UTC', 'YYYYMMDDHH24MISS') AS sent
+      FROM (SELECT now() - make_interval(secs => 604800 - i * 604800.0 / :rows) AS ts,
+                   (ARRAY['MOB','IBK','ATM'])[i % 3 + 1] AS ch
+            FROM generate_series(0, :rows - 1) AS i) AS r) AS g
+ON CONFLICT (guid) DO NOTHING;
+VACUUM ANALYZE tx;
+SQL
+}
+printf "%-9s %-9s %-6s %9s %8s %8s %8s %10s %14s\n" "ledger" "rows" "conns" "tx/s" "p50ms" "p99ms" "maxms" "vs_empty" "applied_twice"
+for backend in sqlite postgres; do
+  for rows in $scale; do
+    if [ "$backend" = sqlite ]; then
+      rm -f "$work"/scale.db*
+      db="$work/scale.db"
+    else
+      db="$pgurl"
+    fi
+    t0=$(date +%s.%N)
+    "preload_$backend" "$db" "$rows"
+    t1=$(date +%s.%N)
+    size=$( [ "$backend" = sqlite ] && du -h "$work/scale.db" | cut -f1 ||
+      psql "$db" -tAc "SELECT pg_size_pretty(pg_total_relation_size('tx'))")
+    echo "$backend: preloaded $rows rows in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b-a }') s ($size)" >>"$work/preload.txt"
+    for c in 16 64; do
+      load_point "$db" "$core" -- --core "$core"
+      max=$(sed -n 's/.*max=\([0-9.]*\).*/\1/p' <<<"$out")
+      [ "$rows" = "${scale%% *}" ] && empty[$c]=$tps
+      ratio=$(awk -v a="$tps" -v b="${empty[$c]}" 'BEGIN { printf "%.2fx", a/(b>0?b:1) }')
+      printf "%-9s %-9s %-6s %9s %8s %8s %8s %10s %14s\n" "$backend" "$rows" "$c" "$tps" "$p50" "$p99" "$max" "$ratio" "$twice"
+      [ "$c" = 16 ] && here16=$tps
+    done
+    [ "$rows" = "$largest" ] && [ "$rows" -gt 0 ] || continue
+    # purge --days 3 of the largest ledger while 16 connections send.
+    c=16
+    bin/relay --db "$db" --listen 127.0.0.1:0 --core "$core" 2>"$work/relay.log" &
+    rpid=$!
+    relay=$(wait_listening "$work/relay.log")
+    bin/channel load --relay "$relay" --conns 16 --duration 3600 --dup-ratio 0.1 --amount 1 --core "$core" >"$work/purgeload.txt" &
+    lpid=$!
+    sleep 1
+    p0=$(date +%s.%N)
+    bin/purge --db "$db" --days 3 >"$work/purge.out" 2>"$work/purge.log"
+    p1=$(date +%s.%N)
+    kill -INT "$lpid"; wait "$lpid" || true
+    kill -TERM "$rpid"; wait "$rpid" || true
+    out=$(cat "$work/purgeload.txt")
+    deleted=$(sed -n 's/^purge: deleted=\([0-9]*\).*/\1/p' "$work/purge.out" | head -n1)
+    tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
+    p50=$(sed -n 's/.*p50=\([0-9.]*\).*/\1/p' <<<"$out")
+    p99=$(sed -n 's/.*p99=\([0-9.]*\).*/\1/p' <<<"$out")
+    max=$(sed -n 's/.*max=\([0-9.]*\).*/\1/p' <<<"$out")
+    twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
+    ratio=$(awk -v a="$tps" -v b="$here16" 'BEGIN { printf "%.2fx", a/(b>0?b:1) }')
+    printf "%-9s %-9s %-6s %9s %8s %8s %8s %10s %14s   <- during purge --days 3\n" "$backend" "$rows" "$c" "$tps" "$p50" "$p99" "$max" "$ratio" "$twice"
+    awk -v n="${deleted:-0}" -v a="$p0" -v b="$p1" -v be="$backend" 'BEGIN { printf "%s: purge deleted %d rows in %.1f s: %.0f rows/s\n", be, n, b-a, n/(b-a) }' >>"$work/purge.txt"
+  done
+done
+cat "$work/preload.txt" "$work/purge.txt"
+echo "targets: >= 0.95x of the empty ledger at the largest size; purge >= 100000 rows/s with the load >= 0.9x and no reply over 50 ms"
 fi

@@ -409,20 +409,47 @@ func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, 
 }
 
 // PurgeBatch deletes at most limit DONE rows not updated for days days and
-// returns how many it deleted. Callers repeat it until it returns 0; each
-// batch is its own short transaction so that other writers never wait long.
+// returns how many it deleted. It deletes in chunks of purgeChunk rows
+// inside one transaction, and commits once it has held the write lock for
+// ledger.PurgeHold, so it may return fewer than limit while more remain:
+// callers repeat it until it returns 0.
 func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error) {
-	n, err := l.execCount(ctx, func(s *writeStmts) *sql.Stmt { return s.purge }, fmt.Sprintf("-%d days", days), limit)
+	age := fmt.Sprintf("-%d days", days)
+	var n int64
+	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		n = 0 // run again from the start if its batch is retried
+		start := time.Now()
+		for n < int64(limit) && (n == 0 || time.Since(start) < ledger.PurgeHold) {
+			chunk := min(purgeChunk, int64(limit)-n)
+			res, err := s.purge.ExecContext(ctx, age, chunk)
+			if err != nil {
+				return err
+			}
+			k, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			n += k
+			if k < chunk {
+				break
+			}
+		}
+		return nil
+	}})
 	if err != nil {
 		return 0, fmt.Errorf("purge: %w", err)
 	}
-	if n < int64(limit) {
+	if n == 0 {
 		// The last batch of a purge: copy the WAL's overwritten pages into
 		// the file and empty the WAL, so that no purged bytes stay in either.
 		l.truncateWAL(ctx)
 	}
 	return n, nil
 }
+
+// purgeChunk is how many rows one purge statement deletes; PurgeBatch runs
+// as many as fit in ledger.PurgeHold.
+const purgeChunk = 200
 
 // truncateWAL copies the WAL into the database file and truncates it, if
 // no reader prevents that now, so that no purged bytes stay in the WAL
