@@ -7,21 +7,28 @@
 // GUID reaches the core at most once, unless the relay knows for certain that
 // the earlier send never arrived. Subpackages implement the pieces: lhstd (the
 // telegram), ledger (the state ledger's contract, with ledger/sqlite and
-// ledger/postgres behind it), coreapi (the core's HTTP API), hub (the relay
-// server), batch (resolve, reprocess, purge), relayd (the relay binary's
-// wiring).
+// ledger/postgres behind it), coreapi (the core's HTTP API), holder (one
+// send under a claim), internal/relay (the relay), batch (resolve,
+// reprocess, purge).
 package dedup
 
 import _ "embed"
 
-// Schema is the SQLite ledger's DDL, schema.sql, which the repository keeps
-// at its top so that operators find it; it is embedded here only because
-// go:embed cannot reach a parent directory. ledger/sqlite applies it on every
-// open (every statement in it is idempotent); the PostgreSQL DDL lives with
-// ledger/postgres.
+// Schema is the SQLite ledger's DDL, schema.sql, and SchemaPostgres the
+// PostgreSQL ledger's, schema_postgres.sql: the same tables, columns (in
+// the same order, so that positional inserts by other tools work on both)
+// and indexes, side by side at the repository's top so that operators find
+// them. They are embedded here only because go:embed cannot reach a parent
+// directory; ledger/sqlite and ledger/postgres apply them on every open,
+// so every statement in them is idempotent.
 //
 //go:embed schema.sql
 var Schema string
+
+// SchemaPostgres is schema_postgres.sql (see Schema).
+//
+//go:embed schema_postgres.sql
+var SchemaPostgres string
 
 // State is the state of a ledger row (docs/rules.md "The five states").
 type State string

@@ -19,8 +19,8 @@ import (
 
 	"dedup"
 	"dedup/certs"
-	"dedup/channelsim"
 	"dedup/cli"
+	"dedup/internal/channel"
 	"dedup/lhstd"
 )
 
@@ -145,11 +145,11 @@ func send(c *sendCmd) int {
 	}
 	guid := c.GUID
 	if guid == "" {
-		guid = channelsim.NewGUID(c.Channel)
+		guid = channel.NewGUID(c.Channel)
 	}
 	sentAt := c.SentAt
 	if sentAt == "" {
-		sentAt = channelsim.Now()
+		sentAt = channel.Now()
 	}
 	t, err := lhstd.NewTransferRequest(guid, c.Channel, sentAt, lhstd.Transfer{From: c.From, To: c.To, Amount: int64(c.Amount), Memo: c.Memo})
 	if err != nil {
@@ -169,7 +169,7 @@ func send(c *sendCmd) int {
 	results := make([]result, n)
 	one := func(i int) {
 		start := time.Now()
-		conn, err := channelsim.DialTLS(c.Relay, c.Timeout.D(), tcfg)
+		conn, err := channel.DialTLS(c.Relay, c.Timeout.D(), tcfg)
 		if err != nil {
 			results[i] = result{err: err}
 			return
@@ -241,7 +241,7 @@ func load(ctx context.Context, c *loadCmd) int {
 		fmt.Fprintf(os.Stderr, "channel: error: %v\n", err)
 		return cli.ExitRuntime
 	}
-	rep, err := channelsim.Load(ctx, channelsim.LoadConfig{TLS: tcfg,
+	rep, err := channel.Load(ctx, channel.LoadConfig{TLS: tcfg,
 		Relay: c.Relay, Conns: int(c.Conns), Duration: c.Duration.D(), Count: int(c.Count), DupRatio: c.DupRatio,
 		Timeout: c.Timeout.D(), Channel: c.Channel, From: c.From, To: c.To, Amount: int64(c.Amount), Memo: c.Memo, Progress: progress,
 	})
@@ -262,7 +262,7 @@ func load(ctx context.Context, c *loadCmd) int {
 		cc.ServerName = ""
 		client.Transport = &http.Transport{Proxy: nil, TLSClientConfig: cc}
 	}
-	stats, err := channelsim.FetchStatsVia(context.Background(), client, c.Core)
+	stats, err := channel.FetchStatsVia(context.Background(), client, c.Core)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "channel: error: %v\n", err)
 		return cli.ExitRuntime

@@ -1,6 +1,8 @@
-// Package cli holds what the binaries share on the command line: flag types
-// that accept exactly the numbers docs/cli.md allows, parsing with exit status 2
-// on a usage error, the logger, and the version.
+// Package cli holds what the binaries share on the command line itself:
+// flag types that accept exactly the numbers docs/cli.md allows, parsing
+// with exit status 2 on a usage error, the exit codes, the logger, and the
+// version. It imports no package of dedup; the flags that open the ledger
+// or reach the core, and how a job runs, are package command's.
 package cli
 
 import (
@@ -17,10 +19,6 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
-
-	"dedup/certs"
-	"dedup/coreapi"
-	"dedup/ledger/backend"
 )
 
 // Version is the binaries' version, set at build time with
@@ -145,6 +143,14 @@ func (s Seconds) D() time.Duration { return time.Duration(s) }
 // Whole is a flag holding a whole number: digits only.
 type Whole int
 
+// AtLeastOne reports a Whole below 1, naming its flag.
+func (w Whole) AtLeastOne(flag string) error {
+	if w < 1 {
+		return fmt.Errorf("%s must be at least 1", flag)
+	}
+	return nil
+}
+
 // Decode implements kong.MapperValue.
 func (w *Whole) Decode(ctx *kong.DecodeContext) error {
 	v, err := popNumber(ctx, "number")
@@ -218,117 +224,6 @@ func Parse(name, description string, flags any, args []string) *kong.Context {
 func Fatal(name string, err error) {
 	fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
 	os.Exit(ExitRuntime)
-}
-
-// LedgerFlags is the --db flag of a batch job.
-type LedgerFlags struct {
-	DB         string `name:"db" default:"relay.db" help:"Ledger: a SQLite file path, or a postgres:// URL."`
-	DBInsecure bool   `name:"db-insecure" help:"Allow a PostgreSQL host that is not loopback without sslmode=verify-full or verify-ca."`
-}
-
-// ClockFlags are the flag of the binaries that decide by age (docs/cli.md:
-// relay, resolve, purge): past --max-clock-skew between the ledger's clock
-// and the host's, nothing is decided by age.
-type ClockFlags struct {
-	MaxClockSkew Seconds `name:"max-clock-skew" default:"5" help:"Seconds the ledger's clock may differ from this host's; past that the job decides nothing by age and exits 1."`
-}
-
-// Validate checks that --max-clock-skew is greater than 0.
-func (c ClockFlags) Validate() error {
-	if c.MaxClockSkew <= 0 {
-		return fmt.Errorf("--max-clock-skew must be greater than 0")
-	}
-	return nil
-}
-
-// WarnInsecure logs what --db itself exposes: a password in the process
-// list, or a PostgreSQL connection allowed without verified TLS.
-func (l LedgerFlags) WarnInsecure(log *slog.Logger) {
-	WarnDB(log, l.DB, l.DBInsecure)
-}
-
-// WarnDB logs what a --db value exposes (see LedgerFlags.WarnInsecure).
-func WarnDB(log *slog.Logger, db string, insecure bool) {
-	if backend.CarriesPassword(db) {
-		log.Warn("--db carries a password: every local user can read it in the process list; use passfile= or PGPASSFILE (mode 0600), PGPASSWORD in the service's environment, or a client certificate",
-			"db", backend.Describe(db))
-	}
-	if insecure {
-		log.Warn("--db-insecure: the PostgreSQL connection may be plain text or reach an unverified server, which would receive the password",
-			"db", backend.Describe(db))
-	}
-}
-
-// Validate checks --db without opening or creating anything.
-func (l LedgerFlags) Validate() error {
-	if err := backend.Check(l.DB, l.DBInsecure); err != nil {
-		return fmt.Errorf("--db: %v", err)
-	}
-	return nil
-}
-
-// CoreFlags are the flags of a binary that calls the core.
-type CoreFlags struct {
-	Core           string  `name:"core" default:"http://127.0.0.1:9201" help:"The core's base URL, http:// or https://."`
-	Timeout        Seconds `name:"timeout" default:"3" help:"Seconds for the whole exchange with the core once connected; then E901."`
-	ConnectTimeout Seconds `name:"connect-timeout" default:"1" help:"Seconds to obtain a connection to the core (TCP and TLS handshake); then E902."`
-	CoreCA         string  `name:"core-ca" placeholder:"FILE" help:"PEM bundle the core's certificate must chain to (default: the system roots). The host name is always verified."`
-	CoreCert       string  `name:"core-cert" placeholder:"FILE" help:"PEM client certificate for mutual TLS to the core (with --core-key)."`
-	CoreKey        string  `name:"core-key" placeholder:"FILE" help:"PEM key of --core-cert."`
-}
-
-// Validate checks that the core URL is one, the timeouts are greater than
-// 0, and the client certificate comes with its key.
-func (c CoreFlags) Validate() error {
-	if err := coreapi.CheckBaseURL(c.Core); err != nil {
-		return fmt.Errorf("--core: %v", err)
-	}
-	if c.Timeout <= 0 {
-		return fmt.Errorf("--timeout must be greater than 0")
-	}
-	if c.ConnectTimeout <= 0 {
-		return fmt.Errorf("--connect-timeout must be greater than 0")
-	}
-	if err := c.tlsFiles().Check("--core-cert", "--core-key"); err != nil {
-		return err
-	}
-	if !strings.HasPrefix(c.Core, "https://") && !c.tlsFiles().Empty() {
-		return fmt.Errorf("--core-ca, --core-cert and --core-key need an https:// --core")
-	}
-	return nil
-}
-
-func (c CoreFlags) tlsFiles() certs.Files {
-	return certs.Files{Cert: c.CoreCert, Key: c.CoreKey, CA: c.CoreCA}
-}
-
-// CoreClient reads the TLS files (errors name the file: a runtime error)
-// and returns the core client, with the loaded files (nil for http://) for
-// a reload and the certificate-expiry metric.
-func (c CoreFlags) CoreClient(maxConns int) (*coreapi.Client, *certs.Set, error) {
-	cfg := coreapi.Config{BaseURL: c.Core, ConnectTimeout: c.ConnectTimeout.D(), Timeout: c.Timeout.D(), MaxConns: maxConns}
-	var set *certs.Set
-	if strings.HasPrefix(c.Core, "https://") {
-		var err error
-		if set, err = certs.Load(c.tlsFiles()); err != nil {
-			return nil, nil, fmt.Errorf("core TLS: %w", err)
-		}
-		cfg.TLS = set.ClientConfig()
-	}
-	client, err := coreapi.New(cfg)
-	return client, set, err
-}
-
-// CoreRoots says, for a start-up line, which roots the core's certificate
-// is checked against.
-func (c CoreFlags) CoreRoots() string {
-	switch {
-	case !strings.HasPrefix(c.Core, "https://"):
-		return "none (http)"
-	case c.CoreCA != "":
-		return "--core-ca " + c.CoreCA
-	}
-	return "the system's"
 }
 
 // CheckListen reports a listen address this host cannot listen on, naming

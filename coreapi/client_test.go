@@ -15,7 +15,7 @@ import (
 
 	"dedup"
 	"dedup/certs"
-	"dedup/fakecore"
+	"dedup/internal/fixturecore"
 	"dedup/internal/testpki"
 )
 
@@ -35,11 +35,11 @@ func newClient(t *testing.T, url string, timeout time.Duration) *Client {
 	return c
 }
 
-func startFixture(t *testing.T, slow time.Duration) *fakecore.Server {
+func startFixture(t *testing.T, slow time.Duration) *fixturecore.Server {
 	t.Helper()
-	core, err := fakecore.New(fakecore.Config{Slow: slow})
+	core, err := fixturecore.New(fixturecore.Config{Slow: slow})
 	assert.NilError(t, err)
-	s, err := fakecore.Listen(core, "127.0.0.1:0")
+	s, err := fixturecore.Listen(core, "127.0.0.1:0")
 	assert.NilError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -245,9 +245,9 @@ func TestLookup(t *testing.T) {
 // certificates made for the test) and returns it with a client that
 // trusts it. clientCA, for https, makes the core require client
 // certificates from that CA's file.
-func fixtureOver(t *testing.T, scheme string, slow time.Duration) (*fakecore.Core, *fakecore.Server, *Client) {
+func fixtureOver(t *testing.T, scheme string, slow time.Duration) (*fixturecore.Core, *fixturecore.Server, *Client) {
 	t.Helper()
-	core, err := fakecore.New(fakecore.Config{Slow: slow})
+	core, err := fixturecore.New(fixturecore.Config{Slow: slow})
 	assert.NilError(t, err)
 	var cfg *tls.Config
 	var ccfg *tls.Config
@@ -256,7 +256,7 @@ func fixtureOver(t *testing.T, scheme string, slow time.Duration) (*fakecore.Cor
 		cfg = pki.server(t, "", "")
 		ccfg = pki.clientConfig(t, "")
 	}
-	s, err := fakecore.ListenTLS(core, "127.0.0.1:0", cfg)
+	s, err := fixturecore.ListenTLS(core, "127.0.0.1:0", cfg)
 	assert.NilError(t, err)
 	t.Cleanup(func() { s.Close() })
 	c, err := New(Config{BaseURL: s.URL, ConnectTimeout: time.Second, Timeout: time.Second, TLS: ccfg})
@@ -336,10 +336,10 @@ func TestTLSFailuresBeforeTheCoreReadsAreE902(t *testing.T) {
 		{"client certificate required and given", "", true, pki.clientConfig(t, "relay"), "0000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			core, err := fakecore.New(fakecore.Config{})
+			core, err := fixturecore.New(fixturecore.Config{})
 			assert.NilError(t, err)
 			cfg := pki.server(t, tc.serverCert, map[bool]string{true: pki.ca.File}[tc.clientCA])
-			s, err := fakecore.ListenTLS(core, "127.0.0.1:0", cfg)
+			s, err := fixturecore.ListenTLS(core, "127.0.0.1:0", cfg)
 			assert.NilError(t, err)
 			defer s.Close()
 			if tc.name == "client certificate required, one from another CA" {

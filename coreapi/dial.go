@@ -113,7 +113,7 @@ func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, erro
 // TLS 1.3 the client's handshake ends before the server has judged the
 // client's certificate, so that refusal arrives as an alert in place of
 // the response, after the request was written. Nothing was applied, so it
-// is E902 (docs/security.md in docs/security.md); any other failure after the
+// is E902 (docs/security.md); any other failure after the
 // request may have been written stays E901.
 func refusedByTLS(err error) bool {
 	var op *net.OpError

@@ -11,7 +11,7 @@ import (
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/icmd"
 
-	"dedup/channelsim"
+	"dedup/internal/channel"
 )
 
 // channel load at 64 connections with 10 % retransmissions: every reply
@@ -78,12 +78,12 @@ func TestChannelSendPrintsReplyAndExitStatus(t *testing.T) {
 }
 
 func TestStatsCheckCountsDoubles(t *testing.T) {
-	s := &channelsim.Stats{
+	s := &channel.Stats{
 		ByGUID:        map[string]int{"a": 1, "b": 2, "c": 3},
 		AppliedByGUID: map[string]int{"a": 1, "b": 1, "c": 2},
 	}
 	cc := s.Check([]string{"a", "b", "c", "d"})
-	assert.DeepEqual(t, cc, channelsim.CoreCheck{GUIDs: 4, Applied: 3, AppliedTwice: 1, ReceivedTwice: 2, Doubles: []string{"c"}})
+	assert.DeepEqual(t, cc, channel.CoreCheck{GUIDs: 4, Applied: 3, AppliedTwice: 1, ReceivedTwice: 2, Doubles: []string{"c"}})
 }
 
 // channel load keeps applying transfers however long it runs: with amounts

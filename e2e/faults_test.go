@@ -31,7 +31,7 @@ import (
 
 	"gotest.tools/v3/assert"
 
-	"dedup/channelsim"
+	"dedup/internal/channel"
 	"dedup/internal/hatest"
 	"dedup/internal/pgtest"
 	"dedup/lhstd"
@@ -372,7 +372,7 @@ func (c *campaign) channel(ctx context.Context, id int) {
 		case p < 25:
 			from = "00000000000000" // B202
 		}
-		tg, err := lhstd.NewTransferRequest(g, "FLT", channelsim.Now(), lhstd.Transfer{From: from, To: "11020030004002", Amount: amt, Memo: memo})
+		tg, err := lhstd.NewTransferRequest(g, "FLT", channel.Now(), lhstd.Transfer{From: from, To: "11020030004002", Amount: amt, Memo: memo})
 		if err != nil {
 			panic(err)
 		}
@@ -418,7 +418,7 @@ func final(codes []string) bool {
 }
 
 func (c *campaign) send(addr, g string, id int, tg []byte, what string) string {
-	conn, err := channelsim.DialTLS(addr, channelTimeout, c.chanTLS)
+	conn, err := channel.DialTLS(addr, channelTimeout, c.chanTLS)
 	if err != nil {
 		c.hist.add(g, event{channel: id, what: what, code: "-", detail: "connect: " + err.Error()})
 		return "-"
@@ -440,7 +440,7 @@ func (c *campaign) firstSendStorm() {
 	var wg sync.WaitGroup
 	for i := 0; i < 20; i++ {
 		g := fmt.Sprintf("%sST%022d", time.Now().Format("20060102"), c.seed%1e9*100+uint64(i))
-		tg, err := lhstd.NewTransferRequest(g, "FLT", channelsim.Now(), lhstd.Transfer{From: "11020030004001", To: "11020030004002", Amount: 1, Memo: "storm"})
+		tg, err := lhstd.NewTransferRequest(g, "FLT", channel.Now(), lhstd.Transfer{From: "11020030004001", To: "11020030004002", Amount: 1, Memo: "storm"})
 		if err != nil {
 			panic(err)
 		}
@@ -466,7 +466,7 @@ func (c *campaign) burst(addr, g string, id int, tg []byte, k int) []string {
 }
 
 func (c *campaign) hangup(addr, g string, id int, tg []byte) {
-	conn, err := channelsim.DialTLS(addr, channelTimeout, c.chanTLS)
+	conn, err := channel.DialTLS(addr, channelTimeout, c.chanTLS)
 	if err != nil {
 		c.hist.add(g, event{channel: id, what: "hangup", code: "-", detail: "connect: " + err.Error()})
 		return
@@ -846,7 +846,7 @@ func (c *campaign) check(db *ledgerDB) runResult {
 		cfg.ServerName = ""
 		client.Transport = &http.Transport{Proxy: nil, TLSClientConfig: cfg}
 	}
-	s, err := channelsim.FetchStatsVia(context.Background(), client, c.coreURL)
+	s, err := channel.FetchStatsVia(context.Background(), client, c.coreURL)
 	assert.NilError(c.t, err)
 	rows := map[string]ledgerRow{}
 	rs, err := db.Query("SELECT guid, state, COALESCE(rsp_code,''), response, attempts FROM tx WHERE guid NOT LIKE 'OLD%'")
@@ -1057,7 +1057,7 @@ func (c *campaign) coreHTTP() *http.Client {
 
 // coreApplied is the core's team's answer: did the core apply g?
 func (c *campaign) coreApplied(g string) bool {
-	s, err := channelsim.FetchStatsVia(context.Background(), c.coreHTTP(), c.coreURL)
+	s, err := channel.FetchStatsVia(context.Background(), c.coreHTTP(), c.coreURL)
 	return err == nil && s.AppliedByGUID[g] > 0
 }
 
@@ -1089,7 +1089,7 @@ func anyCode(codes []string, f func(string) bool) bool {
 }
 
 // explain prints a GUID's full history for a violation report.
-func (c *campaign) explain(g string, rows map[string]ledgerRow, s *channelsim.Stats) string {
+func (c *campaign) explain(g string, rows map[string]ledgerRow, s *channel.Stats) string {
 	var b strings.Builder
 	c.hist.mu.Lock()
 	defer c.hist.mu.Unlock()

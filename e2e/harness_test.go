@@ -29,10 +29,9 @@ import (
 	"gotest.tools/v3/poll"
 
 	"dedup"
-	"dedup/channelsim"
+	"dedup/internal/channel"
 	"dedup/internal/pgtest"
 	"dedup/ledger/backend"
-	"dedup/ledger/postgres"
 	"dedup/lhstd"
 )
 
@@ -215,7 +214,7 @@ func startCoreAt(t *testing.T, addr string, args ...string) *core {
 	return &core{proc: p, url: "http://" + p.addr}
 }
 
-func (c *core) stats(t *testing.T) *channelsim.Stats {
+func (c *core) stats(t *testing.T) *channel.Stats {
 	t.Helper()
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
 	if c.pki != nil {
@@ -223,7 +222,7 @@ func (c *core) stats(t *testing.T) *channelsim.Stats {
 		cfg.ServerName = ""
 		client.Transport = &http.Transport{Proxy: nil, TLSClientConfig: cfg}
 	}
-	s, err := channelsim.FetchStatsVia(context.Background(), client, c.url)
+	s, err := channel.FetchStatsVia(context.Background(), client, c.url)
 	assert.NilError(t, err)
 	return s
 }
@@ -315,12 +314,12 @@ func telegram(t *testing.T, guid string, opts ...reqOpt) []byte {
 }
 
 // dialRelay opens a channel connection to a relay.
-func dialRelay(addr string) (*channelsim.Conn, error) { return channelsim.Dial(addr, 60*time.Second) }
+func dialRelay(addr string) (*channel.Conn, error) { return channel.Dial(addr, 60*time.Second) }
 
 // send sends one telegram on a new connection and returns the reply.
 func send(t *testing.T, addr string, tg []byte) []byte {
 	t.Helper()
-	c, err := channelsim.Dial(addr, 30*time.Second)
+	c, err := channel.Dial(addr, 30*time.Second)
 	assert.NilError(t, err)
 	defer c.Close()
 	r, err := c.RoundTrip(tg)
@@ -381,7 +380,7 @@ func (d *ledgerDB) applySchema(t *testing.T) {
 	t.Helper()
 	schema := dedup.Schema
 	if d.pg {
-		schema = postgres.Schema
+		schema = dedup.SchemaPostgres
 	}
 	_, err := d.DB.Exec(schema)
 	assert.NilError(t, err)

@@ -15,7 +15,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/icmd"
 
-	"dedup/channelsim"
+	"dedup/internal/channel"
 	"dedup/lhstd"
 )
 
@@ -280,9 +280,9 @@ func TestPurgeOfLargeBacklogWhileRelayServes(t *testing.T) {
 	r := startRelay(t, path, c.url)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	loadDone := make(chan *channelsim.LoadReport, 1)
+	loadDone := make(chan *channel.LoadReport, 1)
 	go func() {
-		rep, err := channelsim.Load(ctx, channelsim.LoadConfig{Relay: r.addr, Conns: 8, Duration: 10 * time.Minute,
+		rep, err := channel.Load(ctx, channel.LoadConfig{Relay: r.addr, Conns: 8, Duration: 10 * time.Minute,
 			From: "11020030004001", To: "11020030004002", Amount: 1, Channel: "PRG"})
 		assert.Check(t, err)
 		loadDone <- rep

@@ -13,7 +13,7 @@ import (
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/icmd"
 
-	"dedup/channelsim"
+	"dedup/internal/channel"
 )
 
 // nft runs an nftables command inside n.
@@ -63,16 +63,16 @@ func brokenLink(t *testing.T, shape string, subnet int) {
 	start(t, "/usr/sbin/ip", ch.cmd("fixturecore", "--listen", "0.0.0.0:9201", "--quiet")[1:]...)
 	r := start(t, "/usr/sbin/ip", rh.cmd("relay", "--db", path, "--listen", "127.0.0.1:0", "--core", coreURL,
 		"--timeout", "1", "--connect-timeout", "1", "--orphan-after", "9")[1:]...)
-	stats := func() *channelsim.Stats {
-		s, err := channelsim.FetchStatsVia(context.Background(), ch.httpClient(), coreURL)
+	stats := func() *channel.Stats {
+		s, err := channel.FetchStatsVia(context.Background(), ch.httpClient(), coreURL)
 		assert.NilError(t, err)
 		return s
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	loadDone := make(chan *channelsim.LoadReport, 1)
+	loadDone := make(chan *channel.LoadReport, 1)
 	go func() {
-		rep, err := channelsim.Load(ctx, channelsim.LoadConfig{Relay: r.addr, Conns: 8, Duration: 5 * time.Minute,
+		rep, err := channel.Load(ctx, channel.LoadConfig{Relay: r.addr, Conns: 8, Duration: 5 * time.Minute,
 			Timeout: 5 * time.Second, From: "11020030004001", To: "11020030004002", Amount: 1, Channel: "LNK", Dial: rh.dial})
 		assert.Check(t, err)
 		loadDone <- rep
@@ -130,7 +130,7 @@ func brokenLink(t *testing.T, shape string, subnet int) {
 				if err != nil {
 					continue
 				}
-				conn := channelsim.NewConn(c, 10*time.Second)
+				conn := channel.NewConn(c, 10*time.Second)
 				conn.RoundTrip(tg)
 				conn.Close()
 			}

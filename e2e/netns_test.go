@@ -19,7 +19,7 @@ import (
 	"gotest.tools/v3/icmd"
 	"gotest.tools/v3/poll"
 
-	"dedup/channelsim"
+	"dedup/internal/channel"
 	"dedup/internal/pgtest"
 	"dedup/internal/testpki"
 	"dedup/lhstd"
@@ -160,7 +160,7 @@ func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 		if err != nil {
 			return nil
 		}
-		conn := channelsim.NewConn(c, 5*time.Second)
+		conn := channel.NewConn(c, 5*time.Second)
 		defer conn.Close()
 		reply, err := conn.RoundTrip(tg)
 		if err != nil {
@@ -258,7 +258,7 @@ func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 	jobIn("reprocess", "--max-attempts", "3")
 
 	// Checks against the core's own record.
-	stats, err := channelsim.FetchStatsVia(context.Background(), dbh.httpClient(), "http://127.0.0.1:9201")
+	stats, err := channel.FetchStatsVia(context.Background(), dbh.httpClient(), "http://127.0.0.1:9201")
 	assert.NilError(t, err)
 	rows := rowsSnapshot(t, ldb)
 	var posts, applied, ok0000, unknown int

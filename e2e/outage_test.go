@@ -14,7 +14,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
 
-	"dedup/channelsim"
+	"dedup/internal/channel"
 )
 
 // The relay sends the core nothing but its claimed transfers: started on a
@@ -82,7 +82,7 @@ func TestStartUpCheckOpensAConnectionAndSendsNothing(t *testing.T) {
 // An outage burns no attempts, and the core's return is used at once
 // (docs/cli.md in docs/cli.md): while fewer than 3 sends have obtained no
 // connection a retransmission of a FAILED/E902 row is reclaimed as the
-// lab's relay does; once the core counts as down, retransmissions however
+// relay does when the core is up; once the core counts as down, retransmissions however
 // many and however spread leave the row as it is; the first ones after the
 // core accepts connections again are sent at once, once per GUID, however
 // many copies arrive together.
@@ -114,7 +114,7 @@ func TestOutageBurnsNoAttemptsAndTheCoresReturnIsUsedAtOnce(t *testing.T) {
 
 	// The storm: 10 GUIDs x 8 concurrent copies, connected beforehand so
 	// that they arrive together right after the core starts.
-	conns := make([][]*channelsim.Conn, len(guids))
+	conns := make([][]*channel.Conn, len(guids))
 	for i := range guids {
 		for k := 0; k < 8; k++ {
 			conn, err := dialRelay(r.addr)

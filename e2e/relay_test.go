@@ -20,7 +20,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
 
-	"dedup/channelsim"
+	"dedup/internal/channel"
 	"dedup/lhstd"
 )
 
@@ -124,7 +124,7 @@ func TestRetransmissionsDuringSlowSendGetE903AndCoreCalledOnce(t *testing.T) {
 
 	first := make(chan []byte, 1)
 	go func() {
-		conn, err := channelsim.Dial(r.addr, 30*time.Second)
+		conn, err := channel.Dial(r.addr, 30*time.Second)
 		if err != nil {
 			first <- nil
 			return
@@ -190,7 +190,7 @@ func storm(t *testing.T, addrs []string, c *core, guids, per int) {
 		tg := telegram(t, gs[i], amount(int64(1+i)))
 		for k := 0; k < per; k++ {
 			// Connect first so that the sends leave together.
-			conn, err := channelsim.Dial(addrs[k%len(addrs)], 30*time.Second)
+			conn, err := channel.Dial(addrs[k%len(addrs)], 30*time.Second)
 			assert.NilError(t, err)
 			wg.Add(1)
 			go func() {
@@ -452,7 +452,7 @@ func TestChannelHangUpDoesNotCancelTheTransaction(t *testing.T) {
 	r := startRelay(t, db, c.url, "--timeout", "5")
 	g := newGUID()
 	tg := telegram(t, g, memo("SLOW"))
-	conn, err := channelsim.Dial(r.addr, 5*time.Second)
+	conn, err := channel.Dial(r.addr, 5*time.Second)
 	assert.NilError(t, err)
 	assert.NilError(t, conn.Send(tg))
 	conn.Close()
@@ -477,7 +477,7 @@ func TestKilledRelayLeavesSentRowThatIsSweptToUnknown(t *testing.T) {
 	r := startRelay(t, db, c.url, "--connect-timeout", "0.5", "--timeout", "5", "--orphan-after", "13")
 	g := newGUID()
 	tg := telegram(t, g, memo("SLOW"))
-	conn, err := channelsim.Dial(r.addr, 5*time.Second)
+	conn, err := channel.Dial(r.addr, 5*time.Second)
 	assert.NilError(t, err)
 	defer conn.Close()
 	assert.NilError(t, conn.Send(tg))
@@ -506,10 +506,10 @@ func TestSigtermDuringSlowTransferFinishesItAndExits0(t *testing.T) {
 	r := startRelay(t, db, c.url, "--timeout", "5")
 	g := newGUID()
 	tg := telegram(t, g, memo("SLOW"))
-	idle, err := channelsim.Dial(r.addr, 5*time.Second)
+	idle, err := channel.Dial(r.addr, 5*time.Second)
 	assert.NilError(t, err)
 	defer idle.Close()
-	conn, err := channelsim.Dial(r.addr, 10*time.Second)
+	conn, err := channel.Dial(r.addr, 10*time.Second)
 	assert.NilError(t, err)
 	defer conn.Close()
 	assert.NilError(t, conn.Send(tg))
@@ -560,7 +560,7 @@ func TestMalformedInputGetsE900OrClosedConnectionAndNoRow(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := countRows(t, ldb)
-			conn, err := channelsim.Dial(r.addr, 15*time.Second)
+			conn, err := channel.Dial(r.addr, 15*time.Second)
 			assert.NilError(t, err)
 			defer conn.Close()
 			assert.NilError(t, conn.SendRaw(tc.wire))
@@ -591,7 +591,7 @@ func TestStalledFrameIsClosedAndOthersAreServed(t *testing.T) {
 	c := startCore(t)
 	db := tempDB(t)
 	r := startRelay(t, db, c.url)
-	conn, err := channelsim.Dial(r.addr, 30*time.Second)
+	conn, err := channel.Dial(r.addr, 30*time.Second)
 	assert.NilError(t, err)
 	defer conn.Close()
 	assert.NilError(t, conn.SendRaw([]byte("00000127"+"20261129")))
@@ -675,7 +675,7 @@ func TestIdleChannelIsDisconnected(t *testing.T) {
 	t.Parallel()
 	c := startCore(t)
 	r := startRelay(t, tempDB(t), c.url, "--idle-timeout", "0.5")
-	conn, err := channelsim.Dial(r.addr, 30*time.Second)
+	conn, err := channel.Dial(r.addr, 30*time.Second)
 	assert.NilError(t, err)
 	defer conn.Close()
 	_, err = conn.Receive()
@@ -689,7 +689,7 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	c := startCore(t, "--slow", "20")
 	db := tempDB(t)
 	r := startRelay(t, db, c.url, "--timeout", "30", "--orphan-after", "40")
-	conn, err := channelsim.Dial(r.addr, 30*time.Second)
+	conn, err := channel.Dial(r.addr, 30*time.Second)
 	assert.NilError(t, err)
 	defer conn.Close()
 	assert.NilError(t, conn.Send(telegram(t, newGUID(), memo("SLOW"))))

@@ -15,7 +15,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/icmd"
 
-	"dedup/channelsim"
+	"dedup/internal/channel"
 	"dedup/internal/pgtest"
 )
 
@@ -106,9 +106,9 @@ func TestPurgeBesideAReaderStallsNoClaim(t *testing.T) {
 	assert.Equal(t, rows, n)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	loadDone := make(chan *channelsim.LoadReport, 1)
+	loadDone := make(chan *channel.LoadReport, 1)
 	go func() {
-		rep, err := channelsim.Load(ctx, channelsim.LoadConfig{Relay: r.addr, Conns: 4, Duration: 10 * time.Minute,
+		rep, err := channel.Load(ctx, channel.LoadConfig{Relay: r.addr, Conns: 4, Duration: 10 * time.Minute,
 			From: "11020030004001", To: "11020030004002", Amount: 1, Channel: "RDR"})
 		assert.Check(t, err)
 		loadDone <- rep

@@ -16,7 +16,7 @@ import (
 	"gotest.tools/v3/poll"
 
 	"dedup/certs"
-	"dedup/channelsim"
+	"dedup/internal/channel"
 	"dedup/internal/pgtest"
 	"dedup/internal/testpki"
 )
@@ -101,7 +101,7 @@ func startTLSCore(t *testing.T, p *testPKI, mtls bool, args ...string) *core {
 
 // sendTLS sends one telegram over a new TLS connection.
 func sendTLS(addr string, cfg *tls.Config, tg []byte) ([]byte, error) {
-	c, err := channelsim.DialTLS(addr, 10*time.Second, cfg)
+	c, err := channel.DialTLS(addr, 10*time.Second, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func TestChannelsNeedACertificateForTheirChannel(t *testing.T) {
 	}
 	// Plain TCP on the TLS port.
 	g := newGUID()
-	conn, err := channelsim.Dial(r.addr, 5*time.Second)
+	conn, err := channel.Dial(r.addr, 5*time.Second)
 	assert.NilError(t, err)
 	_, err = conn.RoundTrip(telegram(t, g))
 	conn.Close()
@@ -308,7 +308,7 @@ func TestMaxConnsClosesTheOneTooMany(t *testing.T) {
 	t.Parallel()
 	c := startCore(t)
 	r := startRelay(t, tempDB(t), c.url, "--max-conns", "50", "--metrics-listen", "127.0.0.1:0")
-	var conns []*channelsim.Conn
+	var conns []*channel.Conn
 	for i := 0; i < 50; i++ {
 		conn, err := dialRelay(r.addr)
 		assert.NilError(t, err)

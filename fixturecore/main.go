@@ -15,7 +15,7 @@ import (
 
 	"dedup/certs"
 	"dedup/cli"
-	"dedup/fakecore"
+	"dedup/internal/fixturecore"
 )
 
 type flags struct {
@@ -49,7 +49,7 @@ func main() {
 	if f.Quiet {
 		reqLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	core, err := fakecore.New(fakecore.Config{Slow: f.Slow.D(), StatePath: f.State, Logger: reqLog})
+	core, err := fixturecore.New(fixturecore.Config{Slow: f.Slow.D(), StatePath: f.State, Logger: reqLog})
 	if err != nil {
 		cli.Fatal("fixturecore", err)
 	}
@@ -63,7 +63,7 @@ func main() {
 			cli.Fatal("fixturecore", err)
 		}
 	}
-	srv, err := fakecore.ListenTLS(core, f.Listen, tcfg)
+	srv, err := fixturecore.ListenTLS(core, f.Listen, tcfg)
 	if err != nil {
 		cli.Fatal("fixturecore", err)
 	}

@@ -46,7 +46,7 @@ type Sender struct {
 	Ledger Ledger
 	Core   Core
 	// Lease is how long after asking for a claim its holder may still
-	// write the request (ledger.LeaseFor).
+	// write the request (ledger.Bounds.Lease).
 	Lease time.Duration
 	// Confirm makes the holder confirm its claim on the ledger's clock
 	// before the first byte (rule 13): set on a ledger shared by several

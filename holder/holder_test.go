@@ -15,8 +15,8 @@ import (
 
 	"dedup"
 	"dedup/coreapi"
-	"dedup/fakecore"
 	"dedup/holder"
+	"dedup/internal/fixturecore"
 	"dedup/internal/pgtest"
 	"dedup/ledger"
 	"dedup/ledger/backend"
@@ -58,11 +58,11 @@ func ledgers(t *testing.T) map[string]func(t *testing.T) (ledger.Ledger, func(q 
 	}
 }
 
-func core(t *testing.T) (*fakecore.Core, *coreapi.Client) {
+func core(t *testing.T) (*fixturecore.Core, *coreapi.Client) {
 	t.Helper()
-	c, err := fakecore.New(fakecore.Config{})
+	c, err := fixturecore.New(fixturecore.Config{})
 	assert.NilError(t, err)
-	s, err := fakecore.Listen(c, "127.0.0.1:0")
+	s, err := fixturecore.Listen(c, "127.0.0.1:0")
 	assert.NilError(t, err)
 	t.Cleanup(func() { s.Close() })
 	cl, err := coreapi.New(coreapi.Config{BaseURL: s.URL, ConnectTimeout: time.Second, Timeout: 2 * time.Second})
@@ -80,7 +80,7 @@ func request(t *testing.T, guid string) *lhstd.Request {
 	return r
 }
 
-const lease = 7 * time.Second // ledger.LeaseFor(1 s)
+const lease = 7 * time.Second // ledger.Bounds{ConnectTimeout: time.Second}.Lease()
 
 // Rule 13: a holder frozen between its claim and its send (a paused VM:
 // its monotonic clock stood still, so its own lease looks unspent) wakes

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"dedup/cli"
+	"dedup/command"
 	"dedup/inspection"
 	"dedup/ledger"
 	"dedup/ledger/backend"
@@ -21,7 +22,7 @@ import (
 const ExitNotFound = 3
 
 type flags struct {
-	cli.LedgerFlags
+	command.LedgerFlags
 	GUIDs     []string    `arg:"" optional:"" name:"guid" help:"GUIDs to show, one block each."`
 	State     string      `name:"state" placeholder:"STATE" help:"List rows in this state (RECEIVED, SENT, DONE, UNKNOWN, FAILED)."`
 	OlderThan cli.Seconds `name:"older-than" default:"0" help:"With --state: only rows not updated for this many seconds."`

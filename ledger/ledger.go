@@ -23,18 +23,6 @@ import (
 	"dedup"
 )
 
-// PurgeHold bounds how long one purge batch holds SQLite's write lock: a
-// claim queued behind a batch waits at most about this long (ledger.md
-// allows "about 100 ms"). A batch of 500 rows takes 3 ms on a small ledger
-// and 30 ms on one of 10 million rows (its GUID index pages cold and far
-// apart), so a batch is bounded by time, not by a count.
-const PurgeHold = 20 * time.Millisecond
-
-// BusyTimeout bounds how long one ledger statement waits for another
-// writer's lock (SQLite's busy timeout, PostgreSQL's lock_timeout and
-// statement_timeout). The relay's --orphan-after bound assumes it.
-const BusyTimeout = 5 * time.Second
-
 // ErrClosed is returned by writes submitted after Close.
 var ErrClosed = errors.New("ledger closed")
 
@@ -316,17 +304,4 @@ func ActorOf(opts Options) string {
 		return "unknown"
 	}
 	return opts.Actor
-}
-
-// LeaseFor is the lease of a claim whose holder connects to the core within
-// connectTimeout: the longest a healthy holder can take from asking for the
-// claim to writing the request (the ledger's busy timeout, then the
-// connect timeout), plus a second. A holder that has not written its
-// request by then was frozen or stalled, and must not write it at all: the
-// sweep may treat the claim as orphaned after --orphan-after, which the
-// relay's flags keep at least connect-timeout + timeout + 7 s, so a request
-// written within the lease has also had its whole exchange (timeout) before
-// the sweep can move its row.
-func LeaseFor(connectTimeout time.Duration) time.Duration {
-	return BusyTimeout + connectTimeout + time.Second
 }

@@ -134,3 +134,47 @@ func CollectEvents(rows Cursor, aged bool, translate TranslateError) ([]Event, e
 	}
 	return out, nil
 }
+
+// Selection is what a backend's query returned: a Cursor that must be
+// closed (database/sql's *sql.Rows; pgx's rows through an adapter).
+type Selection interface {
+	Cursor
+	Close() error
+}
+
+// readAll reads a whole selection with collect and closes it. err is the
+// query's own error: then nothing is read, and the error is translate's
+// reading of it, named by what. Every read of both backends goes through
+// it, so that none leaves a cursor open (an open cursor on SQLite keeps
+// the WAL from being checkpointed).
+func readAll[T any](sel Selection, err error, what string, translate TranslateError, collect func(Cursor) (T, error)) (T, error) {
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("%s: %w", what, translate(err))
+	}
+	defer sel.Close()
+	return collect(sel)
+}
+
+// ReadRows reads and closes a selection of rows (CollectRows).
+func ReadRows(sel Selection, err error, what string, translate TranslateError) ([]Row, error) {
+	return readAll(sel, err, "select "+what, translate, func(c Cursor) ([]Row, error) { return CollectRows(c, what, translate) })
+}
+
+// ReadEvents reads and closes a selection of events (CollectEvents).
+func ReadEvents(sel Selection, err error, what string, aged bool, translate TranslateError) ([]Event, error) {
+	return readAll(sel, err, what, translate, func(c Cursor) ([]Event, error) { return CollectEvents(c, aged, translate) })
+}
+
+// ReadStats reads and closes the per-state statistics (CollectStats).
+func ReadStats(sel Selection, err error, translate TranslateError) ([]StateStat, error) {
+	return readAll(sel, err, "stats", translate, func(c Cursor) ([]StateStat, error) { return CollectStats(c, translate) })
+}
+
+// First is the first of a selection's items, or nil if it has none.
+func First[T any](items []T, err error) (*T, error) {
+	if err != nil || len(items) == 0 {
+		return nil, err
+	}
+	return &items[0], nil
+}

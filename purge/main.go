@@ -10,33 +10,29 @@ import (
 
 	"dedup/batch"
 	"dedup/cli"
+	"dedup/command"
 	"dedup/ledger"
 )
 
 type flags struct {
-	cli.LedgerFlags
+	command.LedgerFlags
 	Days      cli.Whole `name:"days" default:"7" help:"Delete DONE rows not updated for this many days; must exceed the longest channel retransmission window."`
 	DryRun    bool      `name:"dry-run" help:"Delete nothing; report how many rows a real run would delete."`
 	EventDays cli.Whole `name:"event-days" default:"1830" help:"Delete events (tx_event) older than this many days (five years by default); at least 1."`
-	cli.ClockFlags
-	cli.JobFlags
+	command.ClockFlags
+	command.JobFlags
 	cli.Logging
 }
 
 // Validate checks that --event-days is at least 1: the events are the
 // record of who decided what, and a bank must keep them for years.
 func (f *flags) Validate() error {
-	if f.EventDays < 1 {
-		return fmt.Errorf("--event-days must be at least 1")
-	}
-	return nil
+	return f.EventDays.AtLeastOne("--event-days")
 }
 
 func main() {
 	var f flags
-	cli.Parse("purge", "Delete DONE rows older than --days days; keep every other state.", &f, os.Args[1:])
-	log := f.Logger(os.Stderr)
-	f.WarnInsecure(log)
+	log := command.StartJob("purge", "Delete DONE rows older than --days days; keep every other state.", &f)
 	if f.Days == 0 {
 		log.Warn("purge --days 0 forgets every finished transaction: a retransmission of one would be sent to the core again")
 	}
@@ -47,7 +43,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "\rpurge: deleted %d of %d", deleted, total)
 		}
 	}
-	os.Exit(cli.RunJob("purge", f.DB, f.JobFlags, log, []any{"days", int(f.Days), "dry_run", f.DryRun},
+	os.Exit(command.RunJob("purge", f.DB, f.JobFlags, log, []any{"days", int(f.Days), "dry_run", f.DryRun},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
 			sum, err := batch.Purge(ctx, l, int(f.Days), int(f.EventDays), f.MaxClockSkew.D(), f.DryRun, progress, log)
 			if progress != nil && !f.DryRun {

@@ -1,13 +1,13 @@
 // Command relay is the dedup relay: it stands between channels and the core
 // banking system and makes sure a transfer retransmitted with the same GUID
-// is never applied twice (README.md, docs/cli.md). Its flags and wiring
-// live in package relayd.
+// is never applied twice (README.md, docs/cli.md). The relay, its flags
+// and wiring live in package internal/relay.
 package main
 
 import (
 	"os"
 
-	"dedup/relayd"
+	"dedup/internal/relay"
 )
 
-func main() { os.Exit(relayd.Main(os.Args[1:], relayd.Hooks{})) }
+func main() { os.Exit(relay.Main(os.Args[1:], relay.Hooks{})) }

@@ -5,46 +5,38 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 
 	"dedup/batch"
 	"dedup/cli"
+	"dedup/command"
 	"dedup/holder"
 	"dedup/ledger"
 	"dedup/ledger/backend"
 )
 
 type flags struct {
-	cli.LedgerFlags
+	command.LedgerFlags
 	MaxAttempts cli.Whole `name:"max-attempts" default:"3" help:"Attempts in all (the relay's own included) after which a row is left for an operator."`
 	DryRun      bool      `name:"dry-run" help:"Change nothing; report which rows a real run would send."`
-	cli.CoreFlags
-	cli.JobFlags
+	command.CoreFlags
+	command.JobFlags
 	cli.Logging
 }
 
 // Validate checks that --max-attempts is at least 1.
 func (f *flags) Validate() error {
-	if f.MaxAttempts < 1 {
-		return fmt.Errorf("--max-attempts must be at least 1")
-	}
-	return nil
+	return f.MaxAttempts.AtLeastOne("--max-attempts")
 }
 
 func main() {
 	var f flags
-	cli.Parse("reprocess", "Resend FAILED/E902 rows (surely not sent) with their own GUID and stored request.", &f, os.Args[1:])
-	core, _, err := f.CoreClient(0)
-	if err != nil {
-		cli.Fatal("reprocess", err)
-	}
-	log := f.Logger(os.Stderr)
-	f.WarnInsecure(log)
-	os.Exit(cli.RunJob("reprocess", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "max_attempts", int(f.MaxAttempts), "dry_run", f.DryRun},
+	log := command.StartJob("reprocess", "Resend FAILED/E902 rows (surely not sent) with their own GUID and stored request.", &f)
+	core := f.MustCoreClient("reprocess")
+	os.Exit(command.RunJob("reprocess", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "max_attempts", int(f.MaxAttempts), "dry_run", f.DryRun},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
-			sender := &holder.Sender{Ledger: l, Core: core, Lease: ledger.LeaseFor(f.ConnectTimeout.D()), Confirm: backend.Shared(f.DB)}
+			sender := &holder.Sender{Ledger: l, Core: core, Lease: ledger.Bounds{ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()}.Lease(), Confirm: backend.Shared(f.DB)}
 			sum, err := batch.Reprocess(ctx, l, sender, int(f.MaxAttempts), f.DryRun, log)
 			if sum.Exhausted > 0 {
 				log.Warn("reprocess: rows at the attempt limit need an operator", "exhausted", sum.Exhausted)

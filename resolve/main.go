@@ -9,28 +9,24 @@ import (
 
 	"dedup/batch"
 	"dedup/cli"
+	"dedup/command"
 	"dedup/ledger"
 )
 
 type flags struct {
-	cli.LedgerFlags
+	command.LedgerFlags
 	MinAge cli.Seconds `name:"min-age" default:"300" help:"Only UNKNOWN rows at least this many seconds old (longer than the core's longest processing time)."`
-	cli.CoreFlags
-	cli.ClockFlags
-	cli.JobFlags
+	command.CoreFlags
+	command.ClockFlags
+	command.JobFlags
 	cli.Logging
 }
 
 func main() {
 	var f flags
-	cli.Parse("resolve", "Settle UNKNOWN rows by inquiry: 200 -> DONE, 404 NOT_FOUND -> FAILED, anything else -> left as is.", &f, os.Args[1:])
-	core, _, err := f.CoreClient(0)
-	if err != nil {
-		cli.Fatal("resolve", err)
-	}
-	log := f.Logger(os.Stderr)
-	f.WarnInsecure(log)
-	os.Exit(cli.RunJob("resolve", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "min_age_s", f.MinAge.D().Seconds()},
+	log := command.StartJob("resolve", "Settle UNKNOWN rows by inquiry: 200 -> DONE, 404 NOT_FOUND -> FAILED, anything else -> left as is.", &f)
+	core := f.MustCoreClient("resolve")
+	os.Exit(command.RunJob("resolve", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "min_age_s", f.MinAge.D().Seconds()},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
 			return batch.Resolve(ctx, l, core, f.MinAge.D(), f.MaxClockSkew.D(), log)
 		}))

@@ -48,16 +48,19 @@
 #   bytes), on SQLite (FULL, on the disk) and PostgreSQL. Each preload is one
 #   INSERT ... SELECT (a recursive CTE on SQLite, generate_series on
 #   PostgreSQL), timed. vs_empty = tx/s / the empty ledger's tx/s. On the
-#   largest ledger, `purge --days 3` (the older 4/7 of the rows) runs while 16
-#   connections send: its rows per second, and the load's tx/s, p99 and
-#   slowest reply during it (vs_empty there is against the same ledger's
-#   16-connection point just before).
+#   largest ledger, `purge --days 3` (the older 4/7 of the rows) runs for at
+#   most BENCH_PURGE_SECS (default 30) while 16 connections send: its rows
+#   per second, and the load's tx/s, p99 and slowest reply during it
+#   (vs_empty there is against the same ledger's 16-connection point just
+#   before).
 #
 # Also: the idle fsync p50 of this disk for an in-place overwrite of 16 KiB.
 #
 #   scripts/bench.sh [SECONDS_PER_POINT]     (default 5)
 #   BENCH_TABLES="3" scripts/bench.sh        only some tables (default "1 2 3 4 5")
 #   BENCH_SCALE="0 1000000" scripts/bench.sh table 5's ledger sizes (default "0 1000000 10000000")
+#   BENCH_PURGE_BASE=REV scripts/bench.sh    table 5 also purges with purge built from REV, first (same run)
+#   BENCH_LEDGERS=postgres scripts/bench.sh  table 5 on one ledger only (default "sqlite postgres")
 #   BENCH_BASE=REV scripts/bench.sh          table 4 against the relay built from REV
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,7 +85,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 wait_listening() {
-  for _ in $(seq 1 200); do
+  for _ in $(seq 1 2400); do   # 2 minutes: a relay checks a large ledger (quick_check) before it listens
     a=$(sed -n 's/^listening addr=//p' "$1" | head -n1)
     [ -n "$a" ] && { echo "$a"; return 0; }
     sleep 0.05
@@ -103,7 +106,7 @@ n64=$((secs * 6000)); n16=$((secs * 4000)); n1=$((secs * 800))
 raw="$work/gobench.txt"
 for pair in "1:$n1" "16:$n16" "64:$n64"; do
   c=${pair%%:*} n=${pair##*:}
-  go test -run '^$' -bench "Relay/conns=$c/" -benchtime "${n}x" ./hub/ | grep '^BenchmarkRelay' >>"$raw"
+  go test -run '^$' -bench "Relay/conns=$c/" -benchtime "${n}x" ./internal/relay/ | grep '^BenchmarkRelay' >>"$raw"
 done
 awk -v fsync="$fsync_p50" '
   { split($1, p, "/"); c=p[2]; sub("conns=","",c); st=p[3]; sub("store=","",st); sub(/-[0-9]+$/,"",st)
@@ -330,8 +333,54 @@ ON CONFLICT (guid) DO NOTHING;
 VACUUM ANALYZE tx;
 SQL
 }
+# purge_under_load DB PURGE_BIN: purge --days 3, for at most purge_secs
+# (then interrupted), while 16 connections send through a fresh relay;
+# sets deleted (rows before less rows after), p0, p1 (the purge's start
+# and end)
+# and the load's tps, p50, p99, max, twice.
+purge_under_load() {
+  bin/relay --db "$1" --listen 127.0.0.1:0 --core "$core" 2>"$work/relay.log" &
+  rpid=$!
+  relay=$(wait_listening "$work/relay.log")
+  bin/channel load --relay "$relay" --conns 16 --duration 3600 --dup-ratio 0.1 --amount 1 --core "$core" >"$work/purgeload.txt" &
+  lpid=$!
+  sleep 1
+  before_rows=$(count_rows "$1")
+  p0=$(date +%s.%N)
+  # At most purge_secs: on the largest ledgers a whole purge takes minutes.
+  timeout -s INT "$purge_secs" "$2" --db "$1" --days 3 >"$work/purge.out" 2>"$work/purge.log" || true
+  p1=$(date +%s.%N)
+  kill -INT "$lpid"; wait "$lpid" || true
+  kill -TERM "$rpid"; wait "$rpid" || true
+  out=$(cat "$work/purgeload.txt")
+  deleted=$((before_rows - $(count_rows "$1")))
+  tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
+  p50=$(sed -n 's/.*p50=\([0-9.]*\).*/\1/p' <<<"$out")
+  p99=$(sed -n 's/.*p99=\([0-9.]*\).*/\1/p' <<<"$out")
+  max=$(sed -n 's/.*max=\([0-9.]*\).*/\1/p' <<<"$out")
+  twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
+}
+count_rows() {
+  if [[ "$1" == postgres* ]]; then psql "$1" -tAc "SELECT count(*) FROM tx"
+  else sqlite3 "$1" "SELECT count(*) FROM tx INDEXED BY tx_state_updated"; fi
+}
+purge_secs=${BENCH_PURGE_SECS:-30}
+purge_base=${BENCH_PURGE_BASE:-}
+if [ -n "$purge_base" ]; then
+  git worktree add -q --detach "$work/pbase" "$purge_base"
+  (cd "$work/pbase" && go build -o "$work/purge-base/" ./purge)
+  git worktree remove --force "$work/pbase"
+fi
+# settle_disk DB: a preload leaves gigabytes of dirty pages (SQLite wrote
+# with synchronous=OFF; PostgreSQL's checkpoint is still to come); write
+# them out before measuring, or the first points pay for the preload's
+# writeback in every fsync.
+settle_disk() {
+  if [[ "$1" == postgres* ]]; then psql "$1" -qc CHECKPOINT; fi
+  sync
+}
 printf "%-9s %-9s %-6s %9s %8s %8s %8s %10s %14s\n" "ledger" "rows" "conns" "tx/s" "p50ms" "p99ms" "maxms" "vs_empty" "applied_twice"
-for backend in sqlite postgres; do
+for backend in ${BENCH_LEDGERS:-sqlite postgres}; do
   for rows in $scale; do
     if [ "$backend" = sqlite ]; then
       rm -f "$work"/scale.db*
@@ -342,6 +391,7 @@ for backend in sqlite postgres; do
     t0=$(date +%s.%N)
     "preload_$backend" "$db" "$rows"
     t1=$(date +%s.%N)
+    settle_disk "$db"
     size=$( [ "$backend" = sqlite ] && du -h "$work/scale.db" | cut -f1 ||
       psql "$db" -tAc "SELECT pg_size_pretty(pg_total_relation_size('tx'))")
     echo "$backend: preloaded $rows rows in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b-a }') s ($size)" >>"$work/preload.txt"
@@ -354,29 +404,19 @@ for backend in sqlite postgres; do
       [ "$c" = 16 ] && here16=$tps
     done
     [ "$rows" = "$largest" ] && [ "$rows" -gt 0 ] || continue
-    # purge --days 3 of the largest ledger while 16 connections send.
-    c=16
-    bin/relay --db "$db" --listen 127.0.0.1:0 --core "$core" 2>"$work/relay.log" &
-    rpid=$!
-    relay=$(wait_listening "$work/relay.log")
-    bin/channel load --relay "$relay" --conns 16 --duration 3600 --dup-ratio 0.1 --amount 1 --core "$core" >"$work/purgeload.txt" &
-    lpid=$!
-    sleep 1
-    p0=$(date +%s.%N)
-    bin/purge --db "$db" --days 3 >"$work/purge.out" 2>"$work/purge.log"
-    p1=$(date +%s.%N)
-    kill -INT "$lpid"; wait "$lpid" || true
-    kill -TERM "$rpid"; wait "$rpid" || true
-    out=$(cat "$work/purgeload.txt")
-    deleted=$(sed -n 's/^purge: deleted=\([0-9]*\).*/\1/p' "$work/purge.out" | head -n1)
-    tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
-    p50=$(sed -n 's/.*p50=\([0-9.]*\).*/\1/p' <<<"$out")
-    p99=$(sed -n 's/.*p99=\([0-9.]*\).*/\1/p' <<<"$out")
-    max=$(sed -n 's/.*max=\([0-9.]*\).*/\1/p' <<<"$out")
-    twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
-    ratio=$(awk -v a="$tps" -v b="$here16" 'BEGIN { printf "%.2fx", a/(b>0?b:1) }')
-    printf "%-9s %-9s %-6s %9s %8s %8s %8s %10s %14s   <- during purge --days 3\n" "$backend" "$rows" "$c" "$tps" "$p50" "$p99" "$max" "$ratio" "$twice"
-    awk -v n="${deleted:-0}" -v a="$p0" -v b="$p1" -v be="$backend" 'BEGIN { printf "%s: purge deleted %d rows in %.1f s: %.0f rows/s\n", be, n, b-a, n/(b-a) }' >>"$work/purge.txt"
+    for purge_bin in ${purge_base:+"$work/purge-base/purge"} bin/purge; do
+      if [ "$purge_bin" = bin/purge ] && [ -n "$purge_base" ]; then
+        [ "$backend" = sqlite ] && rm -f "$work"/scale.db*
+        "preload_$backend" "$db" "$rows"   # the base purge emptied half of it
+        settle_disk "$db"
+      fi
+      purge_under_load "$db" "$purge_bin"
+      which=after
+      [ "$purge_bin" = bin/purge ] || which="before ($purge_base)"
+      ratio=$(awk -v a="$tps" -v b="$here16" 'BEGIN { printf "%.2fx", a/(b>0?b:1) }')
+      printf "%-9s %-9s %-6s %9s %8s %8s %8s %10s %14s   <- during purge --days 3, %s\n" "$backend" "$rows" 16 "$tps" "$p50" "$p99" "$max" "$ratio" "$twice" "$which"
+      awk -v n="${deleted:-0}" -v a="$p0" -v b="$p1" -v be="$backend" -v w="$which" 'BEGIN { printf "%s: purge (%s) deleted %d rows in %.1f s: %.0f rows/s\n", be, w, n, b-a, n/(b-a) }' >>"$work/purge.txt"
+    done
   done
 done
 cat "$work/preload.txt" "$work/purge.txt"

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"dedup/cli"
+	"dedup/command"
 	"dedup/ledger"
 	"dedup/ledger/backend"
 	"dedup/metrics"
@@ -48,7 +49,7 @@ type rejectCmd struct {
 }
 
 type flags struct {
-	cli.LedgerFlags
+	command.LedgerFlags
 	MetricsTextfile string     `name:"metrics-textfile" placeholder:"PATH" help:"At exit, write node_exporter textfile metrics to PATH (atomically)."`
 	Propose         proposeCmd `cmd:"" help:"Propose a decision about one GUID (changes nothing but the record)."`
 	List            listCmd    `cmd:"" help:"List the open proposals."`

@@ -2,17 +2,18 @@
 // "PostgreSQL"): one database that relays on several hosts share, so that
 // losing a host loses nothing and no GUID is sent by two relays.
 //
-// Writes are group-committed like the SQLite backend's: one writer goroutine
-// takes the writes that wait while a commit is in flight and sends them as
-// one pipelined batch (pgx.Batch) in one transaction, so that many
-// transactions share one round trip and one WAL flush; a lone write is one
-// autocommit statement. Measured against plain concurrent statements (which
-// PostgreSQL's own WAL flush grouping also helps), the batch wins at high
-// concurrency and the lone statement at one caller (BenchmarkClaimFinish;
-// README "Benchmarks"). Reads use the pool directly (pgx's own pool, not
-// database/sql). Every
-// age is the server's now() minus the row's updated_at; no statement binds
-// a time computed on a relay's host, so hosts whose clocks disagree still
+// Writes are group-committed: Writers goroutines each take the writes that
+// wait while other commits are in flight and send them as one pipelined
+// batch (pgx.Batch) in one transaction, so that many transactions share one
+// round trip and one WAL flush; a lone write is one autocommit statement.
+// (The SQLite backend has no writer goroutine: its callers lead their own
+// group commits, as only one can hold SQLite's write lock.) Measured
+// against plain concurrent statements (which PostgreSQL's own WAL flush
+// grouping also helps), the batches win at high concurrency and the lone
+// statement at one caller (BenchmarkClaimFinish; README "Benchmarks").
+// Reads use the pool directly (pgx's own pool, not database/sql). Every age
+// is the server's now() minus the row's updated_at; no statement binds a
+// time computed on a relay's host, so hosts whose clocks disagree still
 // sweep, resolve and purge the same rows.
 package postgres
 
@@ -33,37 +34,7 @@ import (
 	"dedup/ledger"
 )
 
-// Schema is docs/ledger.md's PostgreSQL DDL: the same table in the same column
-// order as schema.sql, so that positional inserts by other tools work on
-// both backends. Applied on every open; every statement is idempotent.
-const Schema = `CREATE TABLE IF NOT EXISTS tx (
-  guid       text        NOT NULL PRIMARY KEY,
-  tx_code    text,
-  state      text        NOT NULL CHECK (state IN ('RECEIVED','SENT','DONE','UNKNOWN','FAILED')),
-  rsp_code   text,
-  request    bytea,
-  response   bytea,
-  attempts   integer     NOT NULL DEFAULT 0,
-  updated_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX IF NOT EXISTS tx_state_updated ON tx (state, updated_at);
-CREATE TABLE IF NOT EXISTS tx_event (
-  id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  guid       text        NOT NULL,
-  at         timestamptz NOT NULL DEFAULT now(),
-  actor      text        NOT NULL,
-  action     text        NOT NULL,
-  from_state text,
-  to_state   text,
-  rsp_code   text,
-  attempts   integer,
-  detail     text
-);
-CREATE INDEX IF NOT EXISTS tx_event_guid ON tx_event (guid, id);
-CREATE INDEX IF NOT EXISTS tx_event_at ON tx_event (at);
-CREATE INDEX IF NOT EXISTS tx_event_proposals ON tx_event (id) WHERE action='propose';`
-
-// schemaLockKey serialises concurrent opens applying Schema: two sessions
+// schemaLockKey serialises concurrent opens applying dedup.SchemaPostgres: two sessions
 // running CREATE TABLE IF NOT EXISTS at once can both try to create it.
 const schemaLockKey = 0x646564757000 // "dedup\0"
 
@@ -84,64 +55,6 @@ const DefaultConns = 16
 // ConnectTimeout bounds one attempt to connect to the server. While the
 // database is unreachable a claim fails within it and the relay answers E902.
 const ConnectTimeout = 2 * time.Second
-
-// The statements of docs/ledger.md in PostgreSQL's dialect.
-const (
-	rowColumns = `guid, tx_code, state, rsp_code, request, response, attempts,
-to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'),
-floor(extract(epoch FROM now() - updated_at))::bigint`
-	sqlGet   = `SELECT ` + rowColumns + ` FROM tx WHERE guid=$1`
-	sqlClaim = `INSERT INTO tx(guid,tx_code,state,rsp_code,request,response,attempts,updated_at)
-VALUES($1,$2,'SENT',NULL,$3,NULL,1,now()) ON CONFLICT (guid) DO NOTHING`
-	// Every change but a first send's claim and outcome writes its event
-	// in the same statement (a data-modifying WITH), so in the same
-	// transaction (docs/ledger.md "Events").
-	sqlReclaim = `WITH r AS (UPDATE tx SET state='SENT', rsp_code=NULL, attempts=attempts+1, request=COALESCE(request,$1), updated_at=now()
-WHERE guid=$2 AND state='FAILED' AND rsp_code='E902' AND ($3::integer=0 OR attempts < $3::integer) RETURNING guid, attempts, request),
-e AS (INSERT INTO tx_event(guid, actor, action, from_state, to_state, attempts) SELECT guid, $4, 'reclaim', 'FAILED', 'SENT', attempts FROM r)
-SELECT attempts, request FROM r`
-	sqlFinish = `UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
-WHERE guid=$4 AND state='SENT' AND attempts=$5`
-	// The outcome of a reclaimed send, with its event.
-	sqlFinishEvent = `WITH f AS (UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
-WHERE guid=$4 AND state='SENT' AND attempts=$5 RETURNING guid, attempts),
-e AS (INSERT INTO tx_event(guid, actor, action, from_state, to_state, rsp_code, attempts, detail)
-SELECT guid, $6, 'outcome', 'SENT', $1, $2, attempts, $7 FROM f)
-SELECT count(*) FROM f`
-	// updated_at is fenced exactly as read, to the microsecond.
-	sqlSettle = `WITH s AS (UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
-WHERE guid=$4 AND state='UNKNOWN' AND attempts=$5 AND updated_at=($6::timestamp AT TIME ZONE 'UTC') RETURNING guid, attempts),
-e AS (INSERT INTO tx_event(guid, actor, action, from_state, to_state, rsp_code, attempts, detail)
-SELECT guid, $7, 'resolve', 'UNKNOWN', $1, $2, attempts, $8 FROM s)
-SELECT count(*) FROM s`
-	// The sweep locks its rows in guid order, as the group commit's
-	// batches do, so that the two never deadlock (docs/ledger.md).
-	sqlSweep = `WITH c AS (SELECT guid, state FROM tx WHERE state IN ('SENT','RECEIVED') AND updated_at < now() - make_interval(secs => $1)
-ORDER BY guid FOR UPDATE),
-u AS (UPDATE tx SET state='UNKNOWN', rsp_code='E901', response=NULL, updated_at=now() FROM c
-WHERE tx.guid = c.guid AND tx.state IN ('SENT','RECEIVED') RETURNING tx.guid, c.state AS from_state, tx.attempts),
-e AS (INSERT INTO tx_event(guid, actor, action, from_state, to_state, rsp_code, attempts)
-SELECT guid, $2, 'sweep', from_state, 'UNKNOWN', 'E901', attempts FROM u)
-SELECT count(*) FROM u`
-	sqlPurgeEvents = `DELETE FROM tx_event WHERE id IN
-(SELECT id FROM tx_event WHERE at <= now() - make_interval(days => $1) ORDER BY at LIMIT $2)`
-	eventColumns = `id, guid, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), actor, action, from_state, to_state, rsp_code, attempts, detail`
-	// Rule 13's confirmation: still this holder's claim, and how old by
-	// the server's clock (clock_timestamp(): now() is the transaction's
-	// start).
-	sqlConfirm = `SELECT state='SENT' AND attempts=$2, extract(epoch FROM clock_timestamp() - updated_at),
-extract(epoch FROM clock_timestamp()) FROM tx WHERE guid=$1`
-	// Purge finds its rows through the (state, updated_at) index, oldest
-	// first, and deletes them by ctid: no second lookup by guid per row (a
-	// batch of 5,000 rows on a ledger of a million: 48 ms against 82-135
-	// ms). A row changed since it was found has another ctid, and the outer
-	// condition is checked again on every row deleted.
-	sqlPurge = `DELETE FROM tx WHERE ctid = ANY (ARRAY(
-SELECT ctid FROM tx WHERE state='DONE' AND updated_at <= now() - make_interval(days => $1) ORDER BY state, updated_at LIMIT $2))
-AND state='DONE' AND updated_at <= now() - make_interval(days => $1)`
-	sqlStats = `SELECT state, count(*), COALESCE(floor(extract(epoch FROM now() - min(updated_at))), 0)::bigint
-FROM tx GROUP BY state`
-)
 
 // Ledger is an open PostgreSQL ledger. It is safe for concurrent use.
 type Ledger struct {
@@ -236,7 +149,7 @@ func (l *Ledger) prepare(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLockKey)); err != nil {
 		return fmt.Errorf("apply schema: %w", err)
 	}
-	if _, err := tx.Exec(ctx, Schema); err != nil {
+	if _, err := tx.Exec(ctx, dedup.SchemaPostgres); err != nil {
 		return fmt.Errorf("apply schema: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -265,7 +178,7 @@ func (l *Ledger) Close() error {
 // a database that does not answer (a partition, not a refusal) must not hold
 // a claim's holder past the busy timeout.
 func bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, ledger.BusyTimeout+time.Second)
+	return context.WithTimeout(ctx, ledger.StatementBound)
 }
 
 // translate maps PostgreSQL's lock and statement timeouts to ErrBusy.
@@ -516,7 +429,7 @@ func nullable(s string) *string {
 // Claim claims a new GUID (none → SENT, attempts 1). A concurrent claim of
 // the same GUID waits for the first to commit, then affects nothing.
 func (l *Ledger) Claim(ctx context.Context, guid, txCode string, request []byte) (bool, error) {
-	n, err := l.execCount(ctx, guid, sqlClaim, guid, txCode, request)
+	n, err := l.execCount(ctx, guid, ledger.SQL.Claim.Postgres, guid, txCode, request)
 	if err != nil {
 		return false, fmt.Errorf("claim %s: %w", guid, err)
 	}
@@ -528,7 +441,7 @@ func (l *Ledger) Claim(ctx context.Context, guid, txCode string, request []byte)
 func (l *Ledger) Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (int, []byte, bool, error) {
 	var attempt int
 	var stored []byte
-	o := &wop{key: guid, sql: sqlReclaim, args: []any{request, guid, maxAttempts, l.actor}, scan: []any{&attempt, &stored}}
+	o := &wop{key: guid, sql: ledger.SQL.Reclaim.Postgres, args: []any{request, guid, maxAttempts, l.actor}, scan: []any{&attempt, &stored}}
 	if err := l.submit(ctx, o); err != nil {
 		return 0, nil, false, fmt.Errorf("reclaim %s: %w", guid, err)
 	}
@@ -543,9 +456,9 @@ func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.
 	var n int64
 	var err error
 	if o.Reclaimed {
-		n, err = l.queryCount(ctx, guid, sqlFinishEvent, string(o.State), o.RspCode, o.Response, guid, attempt, l.actor, nullable(o.Detail))
+		n, err = l.queryCount(ctx, guid, ledger.SQL.FinishEvent.Postgres, string(o.State), o.RspCode, o.Response, guid, attempt, l.actor, nullable(o.Detail))
 	} else {
-		n, err = l.execCount(ctx, guid, sqlFinish, string(o.State), o.RspCode, o.Response, guid, attempt)
+		n, err = l.execCount(ctx, guid, ledger.SQL.Finish.Postgres, string(o.State), o.RspCode, o.Response, guid, attempt)
 	}
 	if err != nil {
 		return false, fmt.Errorf("finish %s attempt %d: %w", guid, attempt, err)
@@ -555,7 +468,7 @@ func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.
 
 // Settle records resolve's verdict, fenced on the row as selected.
 func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outcome) (bool, error) {
-	n, err := l.queryCount(ctx, selected.GUID, sqlSettle, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt,
+	n, err := l.queryCount(ctx, selected.GUID, ledger.SQL.Resolve.Postgres, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt,
 		l.actor, nullable(o.Detail))
 	if err != nil {
 		return false, fmt.Errorf("settle %s: %w", selected.GUID, err)
@@ -565,7 +478,7 @@ func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outco
 
 // SweepOrphans moves SENT/RECEIVED rows older than after to UNKNOWN/E901.
 func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, error) {
-	n, err := l.queryCount(ctx, "", sqlSweep, after.Seconds(), l.actor)
+	n, err := l.queryCount(ctx, "", ledger.SQL.Sweep.Postgres, after.Seconds(), l.actor)
 	if err != nil {
 		return 0, fmt.Errorf("sweep orphans: %w", err)
 	}
@@ -574,7 +487,7 @@ func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, 
 
 // PurgeBatch deletes at most limit DONE rows not updated for days days.
 func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error) {
-	n, err := l.execCount(ctx, "", sqlPurge, days, limit)
+	n, err := l.execCount(ctx, "", ledger.SQL.Purge.Postgres, days, limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge: %w", err)
 	}
@@ -585,7 +498,7 @@ func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error)
 func (l *Ledger) Get(ctx context.Context, guid string) (*ledger.Row, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
-	r, err := ledger.ScanRow(l.pool.QueryRow(ctx, sqlGet, guid))
+	r, err := ledger.ScanRow(l.pool.QueryRow(ctx, ledger.SQL.Get.Postgres, guid))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -595,36 +508,30 @@ func (l *Ledger) Get(ctx context.Context, guid string) (*ledger.Row, error) {
 	return r, nil
 }
 
-func (l *Ledger) selectRows(ctx context.Context, what, where string, args ...any) ([]ledger.Row, error) {
+func (l *Ledger) selectRows(ctx context.Context, what, query string, args ...any) ([]ledger.Row, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
-	rows, err := l.pool.Query(ctx, "SELECT "+rowColumns+" FROM tx WHERE "+where, args...)
-	if err != nil {
-		return nil, fmt.Errorf("select %s: %w", what, translate(err))
-	}
-	defer rows.Close()
-	return ledger.CollectRows(rows, what, translate)
+	rows, err := l.pool.Query(ctx, query, args...)
+	return ledger.ReadRows(selection{rows}, err, what, translate)
 }
 
 // SelectUnknown returns resolve's candidates.
 func (l *Ledger) SelectUnknown(ctx context.Context, minAge time.Duration) ([]ledger.Row, error) {
-	return l.selectRows(ctx, "unknown", "state='UNKNOWN' AND updated_at <= now() - make_interval(secs => $1) ORDER BY updated_at, guid", minAge.Seconds())
+	return l.selectRows(ctx, "unknown", ledger.SQL.SelectUnknown.Postgres, minAge.Seconds())
 }
 
 // SelectFailed returns reprocess's candidates.
 func (l *Ledger) SelectFailed(ctx context.Context, maxAttempts int) ([]ledger.Row, error) {
-	return l.selectRows(ctx, "failed", "state='FAILED' AND rsp_code='E902' AND attempts < $1 ORDER BY updated_at, guid", maxAttempts)
+	return l.selectRows(ctx, "failed", ledger.SQL.SelectFailed.Postgres, maxAttempts)
 }
 
 // SelectState lists rows in state not updated for olderThan, oldest first.
 func (l *Ledger) SelectState(ctx context.Context, state dedup.State, olderThan time.Duration, limit int) ([]ledger.Row, error) {
-	q := "state=$1 AND updated_at <= now() - make_interval(secs => $2) ORDER BY updated_at, guid"
-	args := []any{string(state), olderThan.Seconds()}
+	var max any // NULL: no limit
 	if limit > 0 {
-		q += " LIMIT $3"
-		args = append(args, limit)
+		max = limit
 	}
-	return l.selectRows(ctx, "state "+string(state), q, args...)
+	return l.selectRows(ctx, "state "+string(state), ledger.SQL.SelectState.Postgres, string(state), olderThan.Seconds(), max)
 }
 
 func (l *Ledger) count(ctx context.Context, what, sql string, args ...any) (int64, error) {
@@ -635,25 +542,21 @@ func (l *Ledger) count(ctx context.Context, what, sql string, args ...any) (int6
 
 // CountExhausted counts FAILED/E902 rows at or above maxAttempts.
 func (l *Ledger) CountExhausted(ctx context.Context, maxAttempts int) (int, error) {
-	n, err := l.count(ctx, "exhausted", "SELECT count(*) FROM tx WHERE state='FAILED' AND rsp_code='E902' AND attempts >= $1", maxAttempts)
+	n, err := l.count(ctx, "exhausted", ledger.SQL.CountExhausted.Postgres, maxAttempts)
 	return int(n), err
 }
 
 // CountPurgeable counts the DONE rows PurgeBatch would delete.
 func (l *Ledger) CountPurgeable(ctx context.Context, days int) (int64, error) {
-	return l.count(ctx, "purgeable", "SELECT count(*) FROM tx WHERE state='DONE' AND updated_at <= now() - make_interval(days => $1)", days)
+	return l.count(ctx, "purgeable", ledger.SQL.CountPurgeable.Postgres, days)
 }
 
 // Stats counts the rows per state with the oldest age of each.
 func (l *Ledger) Stats(ctx context.Context) ([]ledger.StateStat, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
-	rows, err := l.pool.Query(ctx, sqlStats)
-	if err != nil {
-		return nil, fmt.Errorf("stats: %w", translate(err))
-	}
-	defer rows.Close()
-	return ledger.CollectStats(rows, translate)
+	rows, err := l.pool.Query(ctx, ledger.SQL.Stats.Postgres)
+	return ledger.ReadStats(selection{rows}, err, translate)
 }
 
 // ConfirmClaim reads whether guid's row is still SENT with attempt, and its
@@ -663,7 +566,7 @@ func (l *Ledger) ConfirmClaim(ctx context.Context, guid string, attempt int) (le
 	defer cancel()
 	var held bool
 	var age, now float64
-	err := l.pool.QueryRow(ctx, sqlConfirm, guid, attempt).Scan(&held, &age, &now)
+	err := l.pool.QueryRow(ctx, ledger.SQL.Confirm.Postgres, guid, attempt).Scan(&held, &age, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ledger.ClaimCheck{}, nil
 	}
@@ -679,7 +582,7 @@ func (l *Ledger) Now(ctx context.Context) (time.Time, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
 	var now float64
-	if err := l.pool.QueryRow(ctx, "SELECT extract(epoch FROM clock_timestamp())").Scan(&now); err != nil {
+	if err := l.pool.QueryRow(ctx, ledger.SQL.Now.Postgres).Scan(&now); err != nil {
 		return time.Time{}, fmt.Errorf("read the clock: %w", translate(err))
 	}
 	return fromEpoch(now), nil
@@ -691,12 +594,8 @@ func fromEpoch(s float64) time.Time { return time.UnixMicro(int64(s * 1e6)).UTC(
 func (l *Ledger) Events(ctx context.Context, guid string) ([]ledger.Event, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
-	rows, err := l.pool.Query(ctx, "SELECT "+eventColumns+" FROM tx_event WHERE guid=$1 ORDER BY id", guid)
-	if err != nil {
-		return nil, fmt.Errorf("events of %s: %w", guid, translate(err))
-	}
-	defer rows.Close()
-	return ledger.CollectEvents(rows, false, translate)
+	rows, err := l.pool.Query(ctx, ledger.SQL.EventsOf.Postgres, guid)
+	return ledger.ReadEvents(selection{rows}, err, fmt.Sprintf("events of %s", guid), false, translate)
 }
 
 // EventsBetween returns the events at or after since and before until
@@ -704,70 +603,47 @@ func (l *Ledger) Events(ctx context.Context, guid string) ([]ledger.Event, error
 func (l *Ledger) EventsBetween(ctx context.Context, since, until time.Time) ([]ledger.Event, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
-	q := "SELECT " + eventColumns + " FROM tx_event WHERE at >= $1"
+	q := "SELECT " + ledger.EventColumnsPostgres + " FROM tx_event WHERE at >= $1"
 	args := []any{since}
 	if !until.IsZero() {
 		q += " AND at < $2"
 		args = append(args, until)
 	}
 	rows, err := l.pool.Query(ctx, q+" ORDER BY id", args...)
-	if err != nil {
-		return nil, fmt.Errorf("events: %w", translate(err))
-	}
-	defer rows.Close()
-	return ledger.CollectEvents(rows, false, translate)
+	return ledger.ReadEvents(selection{rows}, err, "events", false, translate)
 }
 
 // PurgeEvents deletes at most limit events older than days days.
 func (l *Ledger) PurgeEvents(ctx context.Context, days, limit int) (int64, error) {
-	n, err := l.execCount(ctx, "", sqlPurgeEvents, days, limit)
+	n, err := l.execCount(ctx, "", ledger.SQL.PurgeEvents.Postgres, days, limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge events: %w", err)
 	}
 	return n, nil
 }
 
-// eventAge is an event's age in whole seconds on the server's clock.
-const eventAge = "floor(extract(epoch FROM now() - at))::bigint"
-
 // EventByID returns one event with its age, or nil.
 func (l *Ledger) EventByID(ctx context.Context, id int64) (*ledger.Event, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
-	rows, err := l.pool.Query(ctx, "SELECT "+eventColumns+", "+eventAge+" FROM tx_event WHERE id=$1", id)
-	if err != nil {
-		return nil, fmt.Errorf("event %d: %w", id, translate(err))
-	}
-	defer rows.Close()
-	evs, err := ledger.CollectEvents(rows, true, translate)
-	if err != nil || len(evs) == 0 {
-		return nil, err
-	}
-	return &evs[0], nil
+	rows, err := l.pool.Query(ctx, ledger.SQL.EventByID.Postgres, id)
+	return ledger.First(ledger.ReadEvents(selection{rows}, err, fmt.Sprintf("event %d", id), true, translate))
 }
 
 // OpenProposals lists the proposals without a decision, oldest first.
 func (l *Ledger) OpenProposals(ctx context.Context) ([]ledger.Event, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
-	rows, err := l.pool.Query(ctx, "SELECT "+eventColumns+", "+eventAge+` FROM tx_event p
+	rows, err := l.pool.Query(ctx, "SELECT "+ledger.EventColumnsPostgres+", "+ledger.EventAge.Postgres+` FROM tx_event p
 WHERE action='propose' AND NOT EXISTS (SELECT 1 FROM tx_event d WHERE d.guid = p.guid
 AND d.action IN ('approve','reject','expire') AND d.detail LIKE '{"proposal":' || p.id || ',%') ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("open proposals: %w", translate(err))
-	}
-	defer rows.Close()
-	return ledger.CollectEvents(rows, true, translate)
+	return ledger.ReadEvents(selection{rows}, err, "open proposals", true, translate)
 }
-
-// sqlAddEvent appends one event and returns its id.
-const sqlAddEvent = `INSERT INTO tx_event(guid, actor, action, from_state, to_state, rsp_code, attempts, detail)
-VALUES($1,$2,$3,$4,$5,$6,$7,$8) RETURNING id`
 
 // AddEvent appends an event that changes no row and returns its id.
 func (l *Ledger) AddEvent(ctx context.Context, e ledger.Event) (int64, error) {
 	var id int64
-	o := &wop{key: e.GUID, sql: sqlAddEvent, args: []any{e.GUID, e.Actor, e.Action, nullable(e.FromState), nullable(e.ToState),
+	o := &wop{key: e.GUID, sql: ledger.SQL.AddEvent.Postgres, args: []any{e.GUID, e.Actor, e.Action, nullable(e.FromState), nullable(e.ToState),
 		nullable(e.RspCode), e.Attempts, nullable(e.Detail)}, scan: []any{&id}}
 	if err := l.submit(ctx, o); err != nil {
 		return 0, fmt.Errorf("add event %s %s: %w", e.Action, e.GUID, err)
@@ -794,8 +670,7 @@ func (l *Ledger) Decide(ctx context.Context, d ledger.Decision) error {
 			return translate(err)
 		}
 		var closed bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tx_event WHERE guid=$1
-AND action IN ('approve','reject','expire') AND detail LIKE $2)`, e.GUID, ledger.ProposalRef(d.Proposal)+"%").Scan(&closed); err != nil {
+		if err := tx.QueryRow(ctx, ledger.SQL.ProposalClosed.Postgres, e.GUID, ledger.ProposalRef(d.Proposal)+"%").Scan(&closed); err != nil {
 			return translate(err)
 		}
 		if closed {
@@ -803,8 +678,7 @@ AND action IN ('approve','reject','expire') AND detail LIKE $2)`, e.GUID, ledger
 			return nil
 		}
 		if d.From != nil {
-			tag, err := tx.Exec(ctx, `UPDATE tx SET state=$1, rsp_code=$2, response=$3, updated_at=now()
-WHERE guid=$4 AND state=$5 AND attempts=$6 AND updated_at=($7::timestamp AT TIME ZONE 'UTC')`, string(d.To.State), d.To.RspCode, d.To.Response,
+			tag, err := tx.Exec(ctx, ledger.SQL.Decide.Postgres, string(d.To.State), d.To.RspCode, d.To.Response,
 				e.GUID, string(d.From.State), d.From.Attempts, d.From.UpdatedAt)
 			if err != nil {
 				return translate(err)
@@ -814,7 +688,7 @@ WHERE guid=$4 AND state=$5 AND attempts=$6 AND updated_at=($7::timestamp AT TIME
 				return nil
 			}
 		}
-		if _, err := tx.Exec(ctx, sqlAddEvent, e.GUID, e.Actor, e.Action, nullable(e.FromState), nullable(e.ToState),
+		if _, err := tx.Exec(ctx, ledger.SQL.AddEvent.Postgres, e.GUID, e.Actor, e.Action, nullable(e.FromState), nullable(e.ToState),
 			nullable(e.RspCode), e.Attempts, nullable(e.Detail)); err != nil {
 			return translate(err)
 		}
@@ -824,4 +698,14 @@ WHERE guid=$4 AND state=$5 AND attempts=$6 AND updated_at=($7::timestamp AT TIME
 		return fmt.Errorf("%s proposal %d: %w", e.Action, d.Proposal, err)
 	}
 	return verdict
+}
+
+// selection adapts pgx's rows to ledger.Selection (pgx's Close returns
+// nothing; its error is in Err, which the collectors check).
+type selection struct{ pgx.Rows }
+
+// Close closes the rows.
+func (s selection) Close() error {
+	s.Rows.Close()
+	return nil
 }

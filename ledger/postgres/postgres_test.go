@@ -276,10 +276,10 @@ func TestOneFailingStatementFailsOnlyItsOwnWrite(t *testing.T) {
 		assert.Assert(t, ok)
 	}
 	ops := []*wop{
-		{key: g(3), sql: sqlClaim, args: []any{g(3), "TRF00001", []byte("r")}},
-		{key: g(2), sql: sqlFinish, args: []any{"BOGUS", "0000", []byte("x"), g(2), 1}}, // violates tx's CHECK
-		{key: g(1), sql: sqlFinish, args: []any{"DONE", "0000", []byte("x"), g(1), 1}},
-		{key: g(4), sql: sqlClaim, args: []any{g(4), "TRF00001", []byte("r")}},
+		{key: g(3), sql: ledger.SQL.Claim.Postgres, args: []any{g(3), "TRF00001", []byte("r")}},
+		{key: g(2), sql: ledger.SQL.Finish.Postgres, args: []any{"BOGUS", "0000", []byte("x"), g(2), 1}}, // violates tx's CHECK
+		{key: g(1), sql: ledger.SQL.Finish.Postgres, args: []any{"DONE", "0000", []byte("x"), g(1), 1}},
+		{key: g(4), sql: ledger.SQL.Claim.Postgres, args: []any{g(4), "TRF00001", []byte("r")}},
 	}
 	for _, o := range ops {
 		o.done = make(chan error, 1)

@@ -216,7 +216,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	}
 	rdb.SetMaxOpenConns(n)
 	rdb.SetMaxIdleConns(n)
-	if l.getStmt, err = rdb.PrepareContext(ctx, "SELECT "+rowColumns+" FROM tx WHERE guid=?"); err != nil {
+	if l.getStmt, err = rdb.PrepareContext(ctx, ledger.SQL.Get.SQLite); err != nil {
 		return fail(fmt.Errorf("prepare lookup: %w", err))
 	}
 
@@ -272,11 +272,6 @@ func isBusy(err error) bool {
 	return errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked)
 }
 
-// rowColumns reads a row plus its age in whole seconds on SQLite's clock
-// (NULL if another tool wrote an updated_at SQLite cannot read as a time).
-const rowColumns = "guid, tx_code, state, rsp_code, request, response, attempts, updated_at, " +
-	"CAST(strftime('%s','now') AS INTEGER) - CAST(strftime('%s', updated_at) AS INTEGER)"
-
 // Get returns the row of guid, or nil if there is none. It reads through the
 // read pool and never waits for the writes.
 func (l *Ledger) Get(ctx context.Context, guid string) (*ledger.Row, error) {
@@ -300,24 +295,20 @@ func secondsAgo(d time.Duration) string {
 func (l *Ledger) selectRows(ctx context.Context, what, query string, args ...any) ([]ledger.Row, error) {
 	// Read the whole selection before returning: an open cursor during the
 	// core calls would keep the WAL from being checkpointed.
-	rows, err := l.rdb.QueryContext(ctx, "SELECT "+rowColumns+" FROM tx WHERE "+query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("select %s: %w", what, translate(err))
-	}
-	defer rows.Close()
-	return ledger.CollectRows(rows, what, translate)
+	rows, err := l.rdb.QueryContext(ctx, query, args...)
+	return ledger.ReadRows(rows, err, what, translate)
 }
 
 // SelectUnknown returns the UNKNOWN rows not updated for minAge (resolve's
 // candidates).
 func (l *Ledger) SelectUnknown(ctx context.Context, minAge time.Duration) ([]ledger.Row, error) {
-	return l.selectRows(ctx, "unknown", "state='UNKNOWN' AND updated_at <= datetime('now', ?) ORDER BY updated_at, guid", secondsAgo(minAge))
+	return l.selectRows(ctx, "unknown", ledger.SQL.SelectUnknown.SQLite, secondsAgo(minAge))
 }
 
 // SelectFailed returns the FAILED/E902 rows with fewer than maxAttempts
 // attempts (reprocess's candidates).
 func (l *Ledger) SelectFailed(ctx context.Context, maxAttempts int) ([]ledger.Row, error) {
-	return l.selectRows(ctx, "failed", "state='FAILED' AND rsp_code='E902' AND attempts < ? ORDER BY updated_at, guid", maxAttempts)
+	return l.selectRows(ctx, "failed", ledger.SQL.SelectFailed.SQLite, maxAttempts)
 }
 
 // SelectState lists the rows in state not updated for olderThan, oldest
@@ -326,7 +317,7 @@ func (l *Ledger) SelectState(ctx context.Context, state dedup.State, olderThan t
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	return l.selectRows(ctx, "state "+string(state), "state=? AND updated_at <= datetime('now', ?) ORDER BY updated_at, guid LIMIT ?",
+	return l.selectRows(ctx, "state "+string(state), ledger.SQL.SelectState.SQLite,
 		string(state), secondsAgo(olderThan), limit)
 }
 
@@ -337,26 +328,20 @@ func (l *Ledger) count(ctx context.Context, what, query string, args ...any) (in
 // CountExhausted counts FAILED/E902 rows at or above maxAttempts: rows no
 // reprocess run will send again, which an operator must review.
 func (l *Ledger) CountExhausted(ctx context.Context, maxAttempts int) (int, error) {
-	n, err := l.count(ctx, "exhausted", "SELECT count(*) FROM tx WHERE state='FAILED' AND rsp_code='E902' AND attempts >= ?", maxAttempts)
+	n, err := l.count(ctx, "exhausted", ledger.SQL.CountExhausted.SQLite, maxAttempts)
 	return int(n), err
 }
 
 // CountPurgeable counts the DONE rows not updated for days days.
 func (l *Ledger) CountPurgeable(ctx context.Context, days int) (int64, error) {
-	return l.count(ctx, "purgeable", "SELECT count(*) FROM tx WHERE state='DONE' AND updated_at <= datetime('now', ?)", fmt.Sprintf("-%d days", days))
+	return l.count(ctx, "purgeable", ledger.SQL.CountPurgeable.SQLite, fmt.Sprintf("-%d days", days))
 }
 
 // Stats counts the rows per state and the age of each state's oldest row,
 // through the (state, updated_at) index.
 func (l *Ledger) Stats(ctx context.Context) ([]ledger.StateStat, error) {
-	rows, err := l.rdb.QueryContext(ctx, `SELECT state, count(*),
-COALESCE(CAST(strftime('%s','now') AS INTEGER) - CAST(strftime('%s', min(updated_at)) AS INTEGER), 0)
-FROM tx INDEXED BY tx_state_updated GROUP BY state`)
-	if err != nil {
-		return nil, fmt.Errorf("stats: %w", translate(err))
-	}
-	defer rows.Close()
-	return ledger.CollectStats(rows, translate)
+	rows, err := l.rdb.QueryContext(ctx, ledger.SQL.Stats.SQLite)
+	return ledger.ReadStats(rows, err, translate)
 }
 
 // ConfirmClaim reads whether guid's row is still SENT with attempt, and its
@@ -366,8 +351,7 @@ func (l *Ledger) ConfirmClaim(ctx context.Context, guid string, attempt int) (le
 	var held int
 	var ageDays *float64
 	var now float64
-	err := l.rdb.QueryRowContext(ctx, `SELECT state='SENT' AND attempts=?, julianday('now') - julianday(updated_at), julianday('now')
-FROM tx WHERE guid=?`, attempt, guid).Scan(&held, &ageDays, &now)
+	err := l.rdb.QueryRowContext(ctx, ledger.SQL.Confirm.SQLite, attempt, guid).Scan(&held, &ageDays, &now)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ledger.ClaimCheck{}, nil
 	}
@@ -384,7 +368,7 @@ FROM tx WHERE guid=?`, attempt, guid).Scan(&held, &ageDays, &now)
 // Now returns SQLite's clock, julianday('now') (docs/ledger.md "Clocks").
 func (l *Ledger) Now(ctx context.Context) (time.Time, error) {
 	var jd float64
-	if err := l.rdb.QueryRowContext(ctx, "SELECT julianday('now')").Scan(&jd); err != nil {
+	if err := l.rdb.QueryRowContext(ctx, ledger.SQL.Now.SQLite).Scan(&jd); err != nil {
 		return time.Time{}, fmt.Errorf("read the clock: %w", translate(err))
 	}
 	return fromJulian(jd), nil
@@ -398,12 +382,8 @@ func fromJulian(jd float64) time.Time {
 
 // Events returns guid's events, oldest first.
 func (l *Ledger) Events(ctx context.Context, guid string) ([]ledger.Event, error) {
-	rows, err := l.rdb.QueryContext(ctx, "SELECT "+ledger.EventColumns+" FROM tx_event WHERE guid=? ORDER BY id", guid)
-	if err != nil {
-		return nil, fmt.Errorf("events of %s: %w", guid, translate(err))
-	}
-	defer rows.Close()
-	return ledger.CollectEvents(rows, false, translate)
+	rows, err := l.rdb.QueryContext(ctx, ledger.SQL.EventsOf.SQLite, guid)
+	return ledger.ReadEvents(rows, err, fmt.Sprintf("events of %s", guid), false, translate)
 }
 
 // EventsBetween returns the events at or after since and before until
@@ -416,11 +396,7 @@ func (l *Ledger) EventsBetween(ctx context.Context, since, until time.Time) ([]l
 		args = append(args, sqliteTime(until))
 	}
 	rows, err := l.rdb.QueryContext(ctx, q+" ORDER BY id", args...)
-	if err != nil {
-		return nil, fmt.Errorf("events: %w", translate(err))
-	}
-	defer rows.Close()
-	return ledger.CollectEvents(rows, false, translate)
+	return ledger.ReadEvents(rows, err, "events", false, translate)
 }
 
 // sqliteTime is t as SQLite's datetime() writes it (UTC, whole seconds): a
@@ -436,40 +412,25 @@ func (l *Ledger) PurgeEvents(ctx context.Context, days, limit int) (int64, error
 	return n, nil
 }
 
-// eventAge is an event's age in whole seconds on SQLite's clock.
-const eventAge = "CAST(strftime('%s','now') AS INTEGER) - CAST(strftime('%s', at) AS INTEGER)"
-
 // EventByID returns one event with its age, or nil.
 func (l *Ledger) EventByID(ctx context.Context, id int64) (*ledger.Event, error) {
-	rows, err := l.rdb.QueryContext(ctx, "SELECT "+ledger.EventColumns+", "+eventAge+" FROM tx_event WHERE id=?", id)
-	if err != nil {
-		return nil, fmt.Errorf("event %d: %w", id, translate(err))
-	}
-	defer rows.Close()
-	evs, err := ledger.CollectEvents(rows, true, translate)
-	if err != nil || len(evs) == 0 {
-		return nil, err
-	}
-	return &evs[0], nil
+	rows, err := l.rdb.QueryContext(ctx, ledger.SQL.EventByID.SQLite, id)
+	return ledger.First(ledger.ReadEvents(rows, err, fmt.Sprintf("event %d", id), true, translate))
 }
 
 // OpenProposals lists the proposals without a decision, oldest first.
 func (l *Ledger) OpenProposals(ctx context.Context) ([]ledger.Event, error) {
-	rows, err := l.rdb.QueryContext(ctx, "SELECT "+ledger.EventColumns+", "+eventAge+` FROM tx_event p
+	rows, err := l.rdb.QueryContext(ctx, "SELECT "+ledger.EventColumns+", "+ledger.EventAge.SQLite+` FROM tx_event p
 WHERE action='propose' AND NOT EXISTS (SELECT 1 FROM tx_event d WHERE d.guid = p.guid
 AND d.action IN ('approve','reject','expire') AND d.detail LIKE '{"proposal":' || p.id || ',%') ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("open proposals: %w", translate(err))
-	}
-	defer rows.Close()
-	return ledger.CollectEvents(rows, true, translate)
+	return ledger.ReadEvents(rows, err, "open proposals", true, translate)
 }
 
 // AddEvent appends an event that changes no row and returns its id.
 func (l *Ledger) AddEvent(ctx context.Context, e ledger.Event) (int64, error) {
 	var id int64
 	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
-		return l.conn.QueryRowContext(ctx, sqlEvent+" RETURNING id", e.GUID, e.Actor, e.Action,
+		return l.conn.QueryRowContext(ctx, ledger.SQL.AddEvent.SQLite, e.GUID, e.Actor, e.Action,
 			nullable(e.FromState), nullable(e.ToState), nullable(e.RspCode), e.Attempts, nullable(e.Detail)).Scan(&id)
 	}})
 	if err != nil {
@@ -486,8 +447,7 @@ func (l *Ledger) Decide(ctx context.Context, d ledger.Decision) error {
 	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
 		verdict = nil
 		var closed int
-		if err := l.conn.QueryRowContext(ctx, `SELECT count(*) FROM tx_event WHERE guid=?
-AND action IN ('approve','reject','expire') AND detail LIKE ?`, e.GUID, ledger.ProposalRef(d.Proposal)+"%").Scan(&closed); err != nil {
+		if err := l.conn.QueryRowContext(ctx, ledger.SQL.ProposalClosed.SQLite, e.GUID, ledger.ProposalRef(d.Proposal)+"%").Scan(&closed); err != nil {
 			return err
 		}
 		if closed > 0 {
@@ -495,8 +455,7 @@ AND action IN ('approve','reject','expire') AND detail LIKE ?`, e.GUID, ledger.P
 			return nil
 		}
 		if d.From != nil {
-			res, err := l.conn.ExecContext(ctx, `UPDATE tx SET state=?, rsp_code=?, response=?, updated_at=datetime('now')
-WHERE guid=? AND state=? AND attempts=? AND updated_at=?`, string(d.To.State), d.To.RspCode, d.To.Response,
+			res, err := l.conn.ExecContext(ctx, ledger.SQL.Decide.SQLite, string(d.To.State), d.To.RspCode, d.To.Response,
 				e.GUID, string(d.From.State), d.From.Attempts, d.From.UpdatedAt)
 			if err != nil {
 				return err

@@ -13,36 +13,6 @@ import (
 	"dedup/ledger"
 )
 
-// The exact statements of docs/ledger.md "Transitions".
-const (
-	sqlClaim = `INSERT INTO tx(guid,tx_code,state,rsp_code,request,response,attempts,updated_at)
-VALUES(?,?,'SENT',NULL,?,NULL,1,datetime('now')) ON CONFLICT(guid) DO NOTHING`
-	// The relay passes the received request and no limit (0); reprocess
-	// passes NULL and its --max-attempts.
-	sqlReclaim = `UPDATE tx SET state='SENT', rsp_code=NULL, attempts=attempts+1, request=COALESCE(request,?), updated_at=datetime('now')
-WHERE guid=? AND state='FAILED' AND rsp_code='E902' AND (?=0 OR attempts < ?) RETURNING attempts, request`
-	sqlFinish = `UPDATE tx SET state=?, rsp_code=?, response=?, updated_at=datetime('now')
-WHERE guid=? AND state='SENT' AND attempts=?`
-	sqlSettle = `UPDATE tx SET state=?, rsp_code=?, response=?, updated_at=datetime('now')
-WHERE guid=? AND state='UNKNOWN' AND attempts=? AND updated_at=?`
-	// The sweep reads its rows and moves each, with its event, inside one
-	// write transaction: the write lock keeps anything else from changing
-	// them in between.
-	sqlSweepSelect = `SELECT guid, state, attempts FROM tx
-WHERE state IN ('SENT','RECEIVED') AND updated_at < datetime('now', ?) ORDER BY guid`
-	sqlSweep = `UPDATE tx SET state='UNKNOWN', rsp_code='E901', response=NULL, updated_at=datetime('now')
-WHERE guid=? AND state=?`
-	// Every change but a first send's claim and outcome has its event, in
-	// the same transaction (docs/ledger.md "Events").
-	sqlEvent = `INSERT INTO tx_event(guid, actor, action, from_state, to_state, rsp_code, attempts, detail)
-VALUES(?,?,?,?,?,?,?,?)`
-	// By guid, not rowid: the table may be WITHOUT ROWID (docs/ledger.md).
-	sqlPurge = `DELETE FROM tx WHERE guid IN
-(SELECT guid FROM tx WHERE state='DONE' AND updated_at <= datetime('now', ?) LIMIT ?)`
-	sqlPurgeEvents = `DELETE FROM tx_event WHERE id IN
-(SELECT id FROM tx_event WHERE at <= datetime('now', ?) ORDER BY at LIMIT ?)`
-)
-
 type writeStmts struct {
 	claim, reclaim, finish, settle, sweepSelect, sweep, purge, purgeEvents, event *sql.Stmt
 }
@@ -53,8 +23,8 @@ func prepareWrites(ctx context.Context, c *sql.Conn) (writeStmts, error) {
 		dst   **sql.Stmt
 		query string
 	}{
-		{&s.claim, sqlClaim}, {&s.reclaim, sqlReclaim}, {&s.finish, sqlFinish},
-		{&s.settle, sqlSettle}, {&s.sweepSelect, sqlSweepSelect}, {&s.sweep, sqlSweep}, {&s.purge, sqlPurge}, {&s.purgeEvents, sqlPurgeEvents}, {&s.event, sqlEvent},
+		{&s.claim, ledger.SQL.Claim.SQLite}, {&s.reclaim, ledger.SQL.Reclaim.SQLite}, {&s.finish, ledger.SQL.Finish.SQLite},
+		{&s.settle, ledger.SQL.Resolve.SQLite}, {&s.sweepSelect, ledger.SQL.SweepSelect.SQLite}, {&s.sweep, ledger.SQL.Sweep.SQLite}, {&s.purge, ledger.SQL.Purge.SQLite}, {&s.purgeEvents, ledger.SQL.PurgeEvents.SQLite}, {&s.event, ledger.SQL.Event.SQLite},
 	} {
 		st, err := c.PrepareContext(ctx, p.query)
 		if err != nil {

@@ -10,12 +10,11 @@ import (
 	"context"
 	"os"
 
-	"dedup/hub"
-	"dedup/relayd"
+	"dedup/internal/relay"
 )
 
 // selectThenInsert claims by reading, then inserting if absent.
-type selectThenInsert struct{ hub.Store }
+type selectThenInsert struct{ relay.Store }
 
 // Claim selects, then inserts if absent: the race this project exists to avoid.
 func (b selectThenInsert) Claim(ctx context.Context, guid, txCode string, request []byte) (bool, error) {
@@ -28,5 +27,5 @@ func (b selectThenInsert) Claim(ctx context.Context, guid, txCode string, reques
 }
 
 func main() {
-	os.Exit(relayd.Main(os.Args[1:], relayd.Hooks{WrapStore: func(s hub.Store) hub.Store { return selectThenInsert{s} }}))
+	os.Exit(relay.Main(os.Args[1:], relay.Hooks{WrapStore: func(s relay.Store) relay.Store { return selectThenInsert{s} }}))
 }

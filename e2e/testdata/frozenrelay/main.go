@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"dedup/relayd"
+	"dedup/internal/relay"
 )
 
 func freeze(memo string) {
@@ -29,9 +29,9 @@ func freeze(memo string) {
 
 func main() {
 	args := os.Args[1:]
-	hooks := relayd.Hooks{BeforeSend: freeze}
+	hooks := relay.Hooks{BeforeSend: freeze}
 	if len(args) > 0 && args[0] == "--no-lease" {
 		hooks.NoLease, args = true, args[1:]
 	}
-	os.Exit(relayd.Main(args, hooks))
+	os.Exit(relay.Main(args, hooks))
 }

@@ -9,7 +9,7 @@ package main
 import (
 	"os"
 
-	"dedup/relayd"
+	"dedup/internal/relay"
 )
 
-func main() { os.Exit(relayd.Main(os.Args[1:], relayd.Hooks{NoConfirm: true})) }
+func main() { os.Exit(relay.Main(os.Args[1:], relay.Hooks{NoConfirm: true})) }

@@ -1,4 +1,4 @@
-package hub
+package relay
 
 import (
 	"sync"
@@ -16,7 +16,7 @@ const DefaultOutageAfter = 3
 // --max-attempts), and so that the core's return is used at once.
 //
 // While the core is reachable as far as the relay knows, such a
-// retransmission is reclaimed and sent at once, as the lab's relay does.
+// retransmission is reclaimed and sent at once, as the relay always did before the core went down.
 // After `after` consecutive sends (of any GUIDs) that obtained no
 // connection, the core is down: a retransmission is reclaimed only once a
 // connection to the core has been obtained for it (Core.Reach). The first

@@ -1,10 +1,11 @@
-package cli
+package command
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"dedup/batch"
+	"dedup/cli"
 	"dedup/ledger"
 	"dedup/ledger/backend"
 	"dedup/metrics"
@@ -23,6 +25,21 @@ import (
 type JobFlags struct {
 	MetricsTextfile string `name:"metrics-textfile" placeholder:"PATH" help:"At exit, write node_exporter textfile metrics to PATH (atomically)."`
 	SummaryFormat   string `name:"summary-format" enum:"text,json" default:"text" help:"The last stdout line: text or json."`
+}
+
+// JobCommandLine is a batch job's flags: its logging and its --db.
+type JobCommandLine interface {
+	Logger(w io.Writer) *slog.Logger
+	WarnInsecure(log *slog.Logger)
+}
+
+// StartJob parses a batch job's command line into f (exit 2 on a usage
+// error) and returns its logger, having warned of what --db exposes.
+func StartJob(name, description string, f JobCommandLine) *slog.Logger {
+	cli.Parse(name, description, f, os.Args[1:])
+	log := f.Logger(os.Stderr)
+	f.WarnInsecure(log)
+	return log
 }
 
 // Job is one run of a batch job against an open ledger. ctx ends on SIGINT
@@ -47,10 +64,10 @@ func RunJob(name, db string, jf JobFlags, log *slog.Logger, startAttrs []any, jo
 				counts = append(counts, metrics.JobCount{Outcome: f.Name, Rows: f.Value})
 			}
 		}
-		if err := metrics.WriteJobTextfile(jf.MetricsTextfile, name, start, time.Since(start), status == ExitOK, counts); err != nil {
+		if err := metrics.WriteJobTextfile(jf.MetricsTextfile, name, start, time.Since(start), status == cli.ExitOK, counts); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: error: metrics textfile: %v\n", name, err)
-			if status == ExitOK {
-				status = ExitRuntime
+			if status == cli.ExitOK {
+				status = cli.ExitRuntime
 			}
 		}
 	}
@@ -61,7 +78,7 @@ func runJob(ctx context.Context, name, db string, jf JobFlags, log *slog.Logger,
 	l, err := backend.Open(db, ledger.Options{Warn: log.Warn, Actor: ledger.Actor(name)})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
-		return ExitRuntime, nil
+		return cli.ExitRuntime, nil
 	}
 	shown := backend.Describe(db)
 	log.Info(name+" started", append([]any{"db", shown}, startAttrs...)...)
@@ -82,9 +99,9 @@ func runJob(ctx context.Context, name, db string, jf JobFlags, log *slog.Logger,
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
-		return ExitRuntime, sum
+		return cli.ExitRuntime, sum
 	}
-	return ExitOK, sum
+	return cli.ExitOK, sum
 }
 
 // FormatSummary is the job's last stdout line: the text docs/cli.md fixes, or a

@@ -1,8 +1,8 @@
-// Package channelsim simulates channels (mobile, internet banking, ATM): it
+// Package channel simulates channels (mobile, internet banking, ATM): it
 // builds transfer telegrams, sends them to a relay, retransmits them the way
 // channels do, and drives load while measuring throughput, latency and
 // whether the core ever applied a GUID twice.
-package channelsim
+package channel
 
 import (
 	"bufio"

@@ -1,8 +1,8 @@
-// Package fakecore is the fixture core of docs/core-api.md: a small, deliberately
+// Package fixturecore is the fixture core of docs/core-api.md: a small, deliberately
 // non-idempotent core banking system for tests, smoke runs, benchmarks and
 // demos. Every POST it accepts is applied, even one whose GUID it has seen:
 // a second POST debits again. /_stats tells whether that ever happened.
-package fakecore
+package fixturecore
 
 import (
 	"context"

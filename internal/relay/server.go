@@ -1,4 +1,4 @@
-package hub
+package relay
 
 import (
 	"bufio"
@@ -41,7 +41,7 @@ type Config struct {
 	IdleTimeout time.Duration // an idle channel connection is closed after it
 	OrphanAfter time.Duration // SENT/RECEIVED rows older than this are swept to UNKNOWN
 	// Lease is how long after asking for a claim its holder may still
-	// write the request to the core (0: no lease; see ledger.LeaseFor).
+	// write the request to the core (0: no lease; see ledger.Bounds.Lease).
 	Lease time.Duration
 	// OutageAfter consecutive sends without a connection make the core
 	// count as down (0: DefaultOutageAfter); see outage.
@@ -248,7 +248,7 @@ func (s *Server) StartSweeper() {
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
-var ErrServerClosed = errors.New("hub: server closed")
+var ErrServerClosed = errors.New("relay: server closed")
 
 // Serve accepts channel connections on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {

@@ -1,4 +1,4 @@
-package hub
+package relay
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"dedup"
-	"dedup/channelsim"
+	"dedup/internal/channel"
 	"dedup/coreapi"
-	"dedup/fakecore"
+	"dedup/internal/fixturecore"
 	"dedup/ledger"
 	"dedup/ledger/sqlite"
 	"dedup/metrics"
@@ -183,7 +183,7 @@ func (m *memStore) SweepOrphans(context.Context, time.Duration) (int64, error) {
 // cpu-us/tx is this process's CPU (getrusage: relay, load generator and
 // core together) per telegram.
 //
-//	go test -run '^$' -bench Relay -benchtime 20000x ./hub/
+//	go test -run '^$' -bench Relay -benchtime 20000x ./internal/relay/
 func BenchmarkRelay(b *testing.B) {
 	for _, conns := range []int{1, 16, 64} {
 		for _, store := range []string{"memory", "memory+fsync", "full", "normal", "full+metrics"} {
@@ -195,11 +195,11 @@ func BenchmarkRelay(b *testing.B) {
 }
 
 func benchRelay(b *testing.B, store string, conns int) {
-	core, err := fakecore.New(fakecore.Config{})
+	core, err := fixturecore.New(fixturecore.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	cs, err := fakecore.Listen(core, "127.0.0.1:0")
+	cs, err := fixturecore.Listen(core, "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func benchRelay(b *testing.B, store string, conns int) {
 	var ru0, ru1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	b.ResetTimer()
-	rep, err := channelsim.Load(context.Background(), channelsim.LoadConfig{
+	rep, err := channel.Load(context.Background(), channel.LoadConfig{
 		Relay: ln.Addr().String(), Conns: conns, Count: b.N, DupRatio: 0.1,
 		From: "11020030004001", To: "11020030004002", Amount: 1, Channel: "BEN",
 	})

@@ -1,11 +1,15 @@
-// Package hub is the relay server (the hub, 중계): it reads request telegrams
-// from channels, decides from the ledger whether a GUID may reach the core,
-// calls the core at most once per claim, records the outcome, and replies.
+// Package relay is the dedup relay (중계): it reads request telegrams from
+// channels, decides from the ledger whether a GUID may reach the core,
+// calls the core at most once per claim, records the outcome, and replies;
+// and it is the relay binary's flags and wiring (Main, run.go).
 //
 // The rules it enforces are docs/rules.md's: write before you send, claim
 // atomically, FAILED only when surely not sent, UNKNOWN never resent, record
 // then reply, and a channel that hangs up never cancels a transaction.
-package hub
+//
+// This file is one transfer's path: ProcessFrom parses, handle claims, and
+// the claim is sent (package holder) or the row answers (answer.go).
+package relay
 
 import (
 	"context"
@@ -147,6 +151,19 @@ func (tx *txn) fail(level slog.Level, detail string) {
 	tx.detail += detail
 }
 
+// found notes the row a known GUID had when its request arrived: the log
+// line's from, to (until moved) and attempts.
+func (tx *txn) found(row *ledger.Row) {
+	tx.from, tx.to, tx.attempt = string(row.State), string(row.State), row.Attempts
+}
+
+// moved notes a change of the row this transaction made: its new state
+// and the claim's attempt. found and moved are the only places that change
+// what the log line reports of the row.
+func (tx *txn) moved(to dedup.State, attempt int) {
+	tx.to, tx.attempt = string(to), attempt
+}
+
 // replyNew answers with code built from the request just received.
 func (tx *txn) replyNew(code string) []byte { return lhstd.Reply(tx.req.Raw, code, nil) }
 
@@ -168,13 +185,13 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 			s.ledgerTrouble(err)
 			if row, rerr := s.store.Get(ctx, guid); rerr == nil && row != nil {
 				tx.fail(slog.LevelWarn, "ledger cannot be written ("+err.Error()+"); answered from the row")
-				return s.answerExisting(ctx, tx, row, false)
+				return s.answerRow(tx, row, false).reply
 			}
 			tx.fail(slog.LevelError, "claim failed, not sent: "+err.Error())
 			return tx.replyNew(dedup.CodeNotSent)
 		}
 		if claimed {
-			tx.to = string(dedup.StateSent)
+			tx.moved(dedup.StateSent, 1)
 			return s.send(ctx, tx, holder.Claim{Request: tx.req, Attempt: 1, Asked: asked, Received: tx.req.Raw})
 		}
 		row, err := s.store.Get(ctx, guid)
@@ -183,17 +200,21 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 			return tx.replyNew(dedup.CodeNotSent)
 		}
 		if row != nil {
-			return s.answerExisting(ctx, tx, row, true)
+			if a := s.answerRow(tx, row, true); !a.reclaim {
+				return a.reply
+			}
+			return s.reclaim(ctx, tx)
 		}
 	}
 	tx.fail(slog.LevelError, "GUID could be neither claimed nor read, not sent")
 	return tx.replyNew(dedup.CodeNotSent)
 }
 
-// answerExisting answers a GUID that has a row, as answerKnown decides; a
-// FAILED/E902 row is reclaimed and sent again if the ledger is writable.
-func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, writable bool) []byte {
-	tx.from, tx.to, tx.attempt = string(row.State), string(row.State), row.Attempts
+// answerRow is what a GUID that has a row is answered, as answerKnown
+// decides, accounted for in tx and the metrics. When the answer is to
+// reclaim (a FAILED/E902 row, the ledger writable), the caller reclaims.
+func (s *Server) answerRow(tx *txn, row *ledger.Row, writable bool) answer {
+	tx.found(row)
 	a := answerKnown(row, tx.req, writable)
 	if a.detail != "" {
 		tx.fail(a.level, a.detail)
@@ -201,10 +222,7 @@ func (s *Server) answerExisting(ctx context.Context, tx *txn, row *ledger.Row, w
 	if a.fromLedger {
 		s.metrics.LedgerAnswer(row.State)
 	}
-	if !a.reclaim {
-		return a.reply
-	}
-	return s.reclaim(ctx, tx)
+	return a
 }
 
 // reclaim takes a FAILED/E902 row back (attempts + 1) and sends it. While
@@ -235,9 +253,9 @@ func (s *Server) reclaim(ctx context.Context, tx *txn) []byte {
 			tx.fail(slog.LevelError, "lost the reclaim and cannot read the row; not sent")
 			return tx.replyNew(dedup.CodeNotSent)
 		}
-		return s.answerExisting(ctx, tx, now, false)
+		return s.answerRow(tx, now, false).reply
 	}
-	tx.to, tx.attempt = string(dedup.StateSent), attempt
+	tx.moved(dedup.StateSent, attempt)
 	// Send what the row holds: another holder may have stored a request
 	// there since the row was read.
 	req, err := lhstd.ParseRequest(stored)
@@ -259,7 +277,7 @@ func (s *Server) giveBack(ctx context.Context, tx *txn, attempt int, why string)
 	recorded, err := s.store.Finish(ctx, tx.req.GUID, attempt, ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent,
 		Reclaimed: true, Detail: why + "; not sent"})
 	if err == nil && recorded {
-		tx.to = string(dedup.StateFailed)
+		tx.moved(dedup.StateFailed, attempt)
 	}
 	return tx.replyNew(dedup.CodeNotSent)
 }
@@ -268,7 +286,6 @@ func (s *Server) giveBack(ctx context.Context, tx *txn, attempt int, why string)
 // (package holder), and accounts for it: the outage rule, the metrics and
 // the log line. It returns the reply.
 func (s *Server) send(ctx context.Context, tx *txn, c holder.Claim) []byte {
-	tx.attempt = c.Attempt
 	s.metrics.Inflight(1)
 	defer s.metrics.Inflight(-1)
 	sent := s.sender.Send(ctx, c)
@@ -282,7 +299,7 @@ func (s *Server) send(ctx context.Context, tx *txn, c holder.Claim) []byte {
 		tx.fail(slog.LevelWarn, res.Detail)
 	}
 	if sent.Recorded {
-		tx.to = string(res.State)
+		tx.moved(res.State, c.Attempt)
 		return sent.Reply
 	}
 	// Record, then reply (docs/rules.md rule 10): the outcome is not in

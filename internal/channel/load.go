@@ -1,4 +1,4 @@
-package channelsim
+package channel
 
 import (
 	"context"

@@ -1,10 +1,11 @@
-// Package relayd is the relay binary's flags and wiring: it parses the
+package relay
+
+// This file is the relay binary's flags and wiring: Main parses the
 // command line (docs/cli.md), opens the ledger, the core client and the
-// listeners, serves until a signal, and shuts down cleanly. cmd relay calls
-// Main with no hooks; the tests' deliberately broken relays
-// (e2e/testdata) call it with Hooks, so that no release binary carries a
-// mutant or a test hook.
-package relayd
+// listeners, serves until a signal, and shuts down cleanly. relay/ calls
+// Main with no hooks; the tests' deliberately broken relays (e2e/testdata)
+// call it with Hooks, so that no release binary carries a mutant or a
+// test hook.
 
 import (
 	"context"
@@ -20,8 +21,8 @@ import (
 
 	"dedup/certs"
 	"dedup/cli"
+	"dedup/command"
 	"dedup/coreapi"
-	"dedup/hub"
 	"dedup/ledger"
 	"dedup/ledger/backend"
 	"dedup/metrics"
@@ -35,7 +36,7 @@ type Flags struct {
 	TLSKey   string    `name:"tls-key" placeholder:"FILE" help:"PEM key of --tls-cert."`
 	ClientCA string    `name:"client-ca" placeholder:"FILE" help:"PEM bundle: every channel must present a client certificate chaining to it; its urn:dedup:channel:XXX URI SANs name the channel codes it may send."`
 	MaxConns cli.Whole `name:"max-conns" default:"1024" help:"Open channel connections (TLS handshakes included); one more is closed at once."`
-	cli.CoreFlags
+	command.CoreFlags
 	OrphanAfter    cli.Seconds `name:"orphan-after" default:"60" help:"Seconds after which a SENT/RECEIVED row is orphaned and swept to UNKNOWN; at least connect-timeout + timeout + 7."`
 	IdleTimeout    cli.Seconds `name:"idle-timeout" default:"300" help:"Seconds an idle channel connection is kept."`
 	MetricsListen  string      `name:"metrics-listen" placeholder:"ADDR" help:"HTTP address for /metrics, /healthz and /readyz (default off); port 0 picks a free port."`
@@ -82,14 +83,16 @@ func (f *Flags) Validate() error {
 	if f.MetricsRefresh <= 0 {
 		return fmt.Errorf("--metrics-refresh must be greater than 0")
 	}
-	// An orphan must be older than any claim can live: connect timeout +
-	// timeout + the 5 s busy timeout + 2 s for whole-second timestamps.
-	// The claim's lease (ledger.LeaseFor: busy timeout + connect timeout +
-	// 1 s) plus the exchange's timeout then stays a second below it.
-	if least := f.ConnectTimeout.D() + f.Timeout.D() + ledger.BusyTimeout + 2*time.Second; f.OrphanAfter.D() < least {
-		return fmt.Errorf("--orphan-after must be at least --connect-timeout + --timeout + 7 = %gs", least.Seconds())
+	// An orphan must be older than any claim can live (ledger.Bounds).
+	if err := f.bounds().Check(); err != nil {
+		return err
 	}
 	return nil
+}
+
+// bounds are the relay's timing bounds (ledger.Bounds).
+func (f *Flags) bounds() ledger.Bounds {
+	return ledger.Bounds{ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D(), OrphanAfter: f.OrphanAfter.D()}
 }
 
 func (f *Flags) listenerFiles() certs.Files {
@@ -101,7 +104,7 @@ func (f *Flags) listenerFiles() certs.Files {
 type Hooks struct {
 	// WrapStore, if set, wraps the ledger the relay serves from (a test
 	// relay with a select-then-insert claim).
-	WrapStore func(hub.Store) hub.Store
+	WrapStore func(Store) Store
 	// NoLease turns the claim's lease off (a test relay that shows what
 	// the lease prevents).
 	NoLease bool
@@ -109,7 +112,7 @@ type Hooks struct {
 	// benchmark's relay that measures what it costs).
 	NoConfirm bool
 	// BeforeSend, if set, is called between a claim and its send (a test
-	// relay that freezes itself there); see hub.Config.BeforeSend.
+	// relay that freezes itself there); see Config.BeforeSend.
 	BeforeSend func(memo string)
 }
 
@@ -139,7 +142,7 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	cli.WarnDB(log, f.DB, f.DBInsecure)
+	command.WarnDB(log, f.DB, f.DBInsecure)
 	var m *metrics.Relay
 	opts := ledger.Options{Synchronous: f.Synchronous, Warn: log.Warn, Actor: ledger.Actor("relay")}
 	if f.MetricsListen != "" {
@@ -215,16 +218,16 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 // newServer builds the relay server over the ledger l and the core, with
 // the test hooks (none in a release binary) and the listener's TLS.
 func newServer(f *Flags, log *slog.Logger, hooks Hooks, l ledger.Ledger, core *coreapi.Client, m *metrics.Relay,
-	listenerCerts, coreCerts *certs.Set) (*hub.Server, time.Duration, error) {
-	var store hub.Store = l
+	listenerCerts, coreCerts *certs.Set) (*Server, time.Duration, error) {
+	var store Store = l
 	if hooks.WrapStore != nil {
 		store = hooks.WrapStore(store)
 	}
-	lease := ledger.LeaseFor(f.ConnectTimeout.D())
+	lease := f.bounds().Lease()
 	if hooks.NoLease {
 		lease = 0
 	}
-	cfg := hub.Config{Store: store, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D(),
+	cfg := Config{Store: store, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D(),
 		Lease: lease, Metrics: m, MaxConns: int(f.MaxConns), BeforeSend: hooks.BeforeSend,
 		ConfirmClaims: backend.Shared(f.DB) && !hooks.NoLease && !hooks.NoConfirm, MaxClockSkew: f.MaxClockSkew.D()}
 	if listenerCerts != nil {
@@ -238,13 +241,13 @@ func newServer(f *Flags, log *slog.Logger, hooks Hooks, l ledger.Ledger, core *c
 	if coreCerts != nil && !coreCerts.NotAfter().IsZero() {
 		m.CertExpiry(metrics.CertCoreClient, coreCerts.NotAfter())
 	}
-	return hub.New(cfg), lease, nil
+	return New(cfg), lease, nil
 }
 
 // serveMetrics serves /metrics, /healthz and /readyz on --metrics-listen
 // and refreshes the ledger gauges; it returns the bound address and what
 // stops both.
-func serveMetrics(f *Flags, log *slog.Logger, m *metrics.Relay, l ledger.Ledger, srv *hub.Server) (string, func(), error) {
+func serveMetrics(f *Flags, log *slog.Logger, m *metrics.Relay, l ledger.Ledger, srv *Server) (string, func(), error) {
 	mln, err := net.Listen("tcp", f.MetricsListen)
 	if err != nil {
 		return "", nil, err
@@ -263,7 +266,7 @@ func serveMetrics(f *Flags, log *slog.Logger, m *metrics.Relay, l ledger.Ledger,
 // shutdown stops accepting, lets every transaction in flight finish and be
 // recorded (bounded), closes the ledger and returns the exit status. A
 // second signal exits at once.
-func shutdown(f *Flags, log *slog.Logger, srv *hub.Server, l ledger.Ledger) int {
+func shutdown(f *Flags, log *slog.Logger, srv *Server, l ledger.Ledger) int {
 	again := make(chan os.Signal, 1)
 	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
@@ -271,7 +274,7 @@ func shutdown(f *Flags, log *slog.Logger, srv *hub.Server, l ledger.Ledger) int 
 		fmt.Fprintln(os.Stderr, "relay: second signal, exiting at once")
 		os.Exit(cli.ExitRuntime)
 	}()
-	bound := f.ConnectTimeout.D() + f.Timeout.D() + ledger.BusyTimeout + time.Second
+	bound := f.bounds().InFlight()
 	log.Info("relay stopping: no new connections; finishing transactions in flight", "bound_s", bound.Seconds())
 	sctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
