@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"dedup"
-	"dedup/internal/channel"
 	"dedup/coreapi"
+	"dedup/internal/channel"
 	"dedup/internal/fixturecore"
 	"dedup/ledger"
 	"dedup/ledger/sqlite"
