@@ -49,3 +49,21 @@ func TestSecondsAndWholeAcceptExactlyPlainNumbers(t *testing.T) {
 		assert.Equal(t, int(f.W), tc.wantW)
 	}
 }
+
+func TestAtLeastOneRefusesZeroNamingTheFlag(t *testing.T) {
+	for _, c := range []struct {
+		w    Whole
+		want string
+	}{
+		{0, "--max-attempts must be at least 1"},
+		{1, ""},
+		{7, ""},
+	} {
+		err := c.w.AtLeastOne("--max-attempts")
+		if c.want == "" {
+			assert.NilError(t, err, "Whole(%d)", c.w)
+			continue
+		}
+		assert.Error(t, err, c.want)
+	}
+}
