@@ -16,7 +16,7 @@ type Statement struct {
 var SQL = struct {
 	Claim, Reclaim, Finish, FinishEvent, Resolve, SweepSelect, Sweep, Decide   Statement
 	Event, AddEvent, Purge, PurgeEvents                                        Statement
-	Get, Confirm, Now, SelectUnknown, SelectFailed, SelectState                Statement
+	Get, Confirm, ConfirmMany, Now, SelectUnknown, SelectFailed, SelectState   Statement
 	CountExhausted, CountPurgeable, Stats, EventsOf, EventByID, ProposalClosed Statement
 }{
 	// Rule 1, one claim per GUID: the insert that only one caller can win.
@@ -153,6 +153,17 @@ AND state='DONE' AND updated_at <= now() - make_interval(days => $1)`,
 FROM tx WHERE guid=?`,
 		Postgres: `SELECT state='SENT' AND attempts=$2, extract(epoch FROM clock_timestamp() - updated_at),
 extract(epoch FROM clock_timestamp()) FROM tx WHERE guid=$1`,
+	},
+	// Rule 13 for many holders at once: one query answers every
+	// confirmation that waited while another was in flight, each by its
+	// position (ord) in the arrays; a GUID without a row returns nothing.
+	// Each row's clock_timestamp() is read after every one of them asked.
+	// SQLite has none: its confirmation is a local read, with no round
+	// trip to share.
+	ConfirmMany: Statement{
+		Postgres: `SELECT q.ord, t.state='SENT' AND t.attempts=q.attempt, extract(epoch FROM clock_timestamp() - t.updated_at),
+extract(epoch FROM clock_timestamp())
+FROM unnest($1::text[], $2::integer[]) WITH ORDINALITY AS q(guid, attempt, ord) JOIN tx t ON t.guid = q.guid`,
 	},
 	// docs/ledger.md "Clocks": the database's clock, against the host's.
 	Now: Statement{

@@ -100,6 +100,7 @@ func Exercise(t *testing.T, b Backend) {
 		{"ReclaimIsJudgedByTheRowItReturns", testReclaimOddAttempts},
 		{"ReclaimReturnsTheRequestAnotherHolderStored", testReclaimReturnsStored},
 		{"ConfirmClaimReadsHolderAndAgeOnTheLedgersClock", testConfirmClaim},
+		{"ConcurrentConfirmationsEachGetTheirOwnAnswer", testConcurrentConfirmations},
 		{"NowIsTheLedgersClock", testNow},
 		{"EveryChangeButTheFirstSendHasItsEvent", testEventsOnEveryChange},
 		{"AChangeAndItsEventCommitTogether", testEventsCommitWithTheirChange},
@@ -805,6 +806,54 @@ func testConfirmClaim(t *testing.T, s suite) {
 	r, err := l.Get(ctx, guid(1))
 	assert.NilError(t, err)
 	assert.Check(t, is.Equal(r.State, dedup.StateSent))
+}
+
+// testConcurrentConfirmations: 96 holders confirm at once (a backend may
+// answer them with one query): each gets the answer for its own GUID and
+// attempt, never a neighbour's. A third of the GUIDs are held, a third
+// finished, a third have no row; every other holder asks with the wrong
+// attempt.
+func testConcurrentConfirmations(t *testing.T, s suite) {
+	l, _ := s.fresh(t)
+	const n = 96
+	for i := 0; i < n; i++ {
+		if i%3 == 2 {
+			continue // no row
+		}
+		ok, err := l.Claim(ctx, guid(i), "TRF00001", []byte("r"))
+		assert.NilError(t, err)
+		assert.Assert(t, ok)
+		if i%3 == 1 {
+			ok, err := l.Finish(ctx, guid(i), 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("ok")})
+			assert.NilError(t, err)
+			assert.Assert(t, ok)
+		}
+	}
+	for round := 0; round < 5; round++ {
+		var wg sync.WaitGroup
+		got := make([]ledger.ClaimCheck, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got[i], errs[i] = l.ConfirmClaim(ctx, guid(i), 1+i%2)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i := 0; i < n; i++ {
+			assert.NilError(t, errs[i])
+			want := i%3 == 0 && i%2 == 0 // held, asked with attempt 1
+			assert.Check(t, got[i].Held == want, "round %d: %s asked with attempt %d: held=%v, want %v", round, guid(i), 1+i%2, got[i].Held, want)
+			if want {
+				assert.Check(t, got[i].Age >= 0 && got[i].Age < 10*time.Second, "age %v", got[i].Age)
+				assert.Check(t, !got[i].Now.IsZero(), "%s: no ledger clock read", guid(i))
+			}
+		}
+	}
 }
 
 // testNow: the ledger's clock, read against this host's, agrees with it

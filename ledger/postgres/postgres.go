@@ -65,6 +65,7 @@ type Ledger struct {
 	actor    string // who writes this handle's events
 	// Group commit (nil ops: every write is its own statement).
 	ops      chan *wop
+	confirms chan *confirmation // rule 13's confirmations, batched like the writes
 	quit     chan struct{}
 	stopped  chan struct{}
 	maxBatch int
@@ -125,9 +126,13 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 	}
 	if l.maxBatch > 1 {
 		l.ops, l.quit = make(chan *wop), make(chan struct{})
-		l.stopped = make(chan struct{}, Writers)
+		l.confirms = make(chan *confirmation)
+		l.stopped = make(chan struct{}, Writers+Confirmers)
 		for i := 0; i < Writers; i++ {
 			go l.writer()
+		}
+		for i := 0; i < Confirmers; i++ {
+			go l.confirmer()
 		}
 	}
 	return l, nil
@@ -158,7 +163,7 @@ func (l *Ledger) prepare(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the writer and closes every connection. Writes after Close
+// Close stops the writers and confirmers and closes every connection. Writes after Close
 // fail with ErrClosed; a write already taken by the writer completes.
 func (l *Ledger) Close() error {
 	if l.closed.Swap(true) {
@@ -166,7 +171,7 @@ func (l *Ledger) Close() error {
 	}
 	if l.ops != nil {
 		close(l.quit)
-		for i := 0; i < Writers; i++ {
+		for i := 0; i < Writers+Confirmers; i++ {
 			<-l.stopped
 		}
 	}
@@ -557,23 +562,6 @@ func (l *Ledger) Stats(ctx context.Context) ([]ledger.StateStat, error) {
 	defer cancel()
 	rows, err := l.pool.Query(ctx, ledger.SQL.Stats.Postgres)
 	return ledger.ReadStats(selection{rows}, err, translate)
-}
-
-// ConfirmClaim reads whether guid's row is still SENT with attempt, and its
-// age on the server's clock (docs/rules.md rule 13).
-func (l *Ledger) ConfirmClaim(ctx context.Context, guid string, attempt int) (ledger.ClaimCheck, error) {
-	ctx, cancel := bound(ctx)
-	defer cancel()
-	var held bool
-	var age, now float64
-	err := l.pool.QueryRow(ctx, ledger.SQL.Confirm.Postgres, guid, attempt).Scan(&held, &age, &now)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ledger.ClaimCheck{}, nil
-	}
-	if err != nil {
-		return ledger.ClaimCheck{}, fmt.Errorf("confirm claim %s: %w", guid, translate(err))
-	}
-	return ledger.ClaimCheck{Held: held, Age: time.Duration(age * float64(time.Second)), Now: fromEpoch(now)}, nil
 }
 
 // Now returns the server's clock, clock_timestamp() (docs/ledger.md

@@ -301,3 +301,46 @@ func TestOneFailingStatementFailsOnlyItsOwnWrite(t *testing.T) {
 		assert.Check(t, is.Equal(r.State, want), g(i))
 	}
 }
+
+// TestOneQueryAnswersEachConfirmationByItsPosition drives confirmMany with
+// a batch built by hand, so that the batched path runs whatever the
+// scheduler does: the same GUID asked with two attempts, GUIDs without a
+// row between held ones, and a finished row. A mix-up of positions gives
+// a holder its neighbour's answer.
+func TestOneQueryAnswersEachConfirmationByItsPosition(t *testing.T) {
+	db := pgtest.SharedDatabase(t)
+	l, err := Open(db, ledger.Options{})
+	assert.NilError(t, err)
+	defer l.Close()
+	g := func(i int) string { return fmt.Sprintf("20261201CNF%021d", i) }
+	for _, i := range []int{1, 3, 4} {
+		ok, err := l.Claim(ctx, g(i), "TRF00001", []byte("r"))
+		assert.NilError(t, err)
+		assert.Assert(t, ok)
+	}
+	ok, err := l.Finish(ctx, g(4), 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("x")})
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	batch := []*confirmation{
+		{guid: g(2), attempt: 1}, // no row
+		{guid: g(1), attempt: 2}, // another attempt
+		{guid: g(1), attempt: 1}, // held
+		{guid: g(4), attempt: 1}, // finished
+		{guid: g(5), attempt: 1}, // no row
+		{guid: g(3), attempt: 1}, // held
+	}
+	want := []bool{false, false, true, false, false, true}
+	for _, c := range batch {
+		c.done = make(chan struct{})
+	}
+	l.confirmMany(batch)
+	for i, c := range batch {
+		<-c.done
+		assert.NilError(t, c.err)
+		assert.Check(t, is.Equal(c.chk.Held, want[i]), "position %d (%s, attempt %d)", i, c.guid, c.attempt)
+		if want[i] {
+			assert.Check(t, c.chk.Age >= 0 && c.chk.Age < 10*time.Second, "age %v", c.chk.Age)
+			assert.Check(t, !c.chk.Now.IsZero(), "position %d: no clock read", i)
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"dedup/ledger"
+)
+
+// Confirmers is how many batched confirmations (rule 13) may be in flight
+// at once. Every send on a PostgreSQL ledger confirms its claim before its
+// first byte, one round trip each; under load the confirmations that wait
+// while another is in flight share one query instead (README "Benchmarks",
+// table 4 on PostgreSQL).
+const Confirmers = 2
+
+// confirmation is one ConfirmClaim call waiting for a confirmer.
+type confirmation struct {
+	guid    string
+	attempt int
+	chk     ledger.ClaimCheck
+	err     error
+	done    chan struct{} // closed when chk and err are set
+}
+
+// ConfirmClaim reads whether guid's row is still SENT with attempt, and its
+// age on the server's clock (docs/rules.md rule 13). With group commit the
+// read may share one query with other holders' confirmations: that query
+// starts after this call was taken, so it never answers from a snapshot
+// older than the question.
+func (l *Ledger) ConfirmClaim(ctx context.Context, guid string, attempt int) (ledger.ClaimCheck, error) {
+	if l.closed.Load() {
+		return ledger.ClaimCheck{}, fmt.Errorf("confirm claim %s: %w", guid, ledger.ErrClosed)
+	}
+	if l.confirms == nil {
+		return l.confirmOne(ctx, guid, attempt)
+	}
+	c := &confirmation{guid: guid, attempt: attempt, done: make(chan struct{})}
+	select {
+	case l.confirms <- c:
+	case <-l.quit:
+		return ledger.ClaimCheck{}, fmt.Errorf("confirm claim %s: %w", guid, ledger.ErrClosed)
+	case <-ctx.Done():
+		return ledger.ClaimCheck{}, fmt.Errorf("confirm claim %s: %w", guid, ctx.Err())
+	}
+	select {
+	case <-c.done:
+		return c.chk, c.err
+	case <-ctx.Done():
+		// The holder gives up (and sends nothing); the confirmer's answer,
+		// when it comes, is dropped.
+		return ledger.ClaimCheck{}, fmt.Errorf("confirm claim %s: %w", guid, ctx.Err())
+	}
+}
+
+// confirmer answers the confirmations that wait, all of them in one query.
+func (l *Ledger) confirmer() {
+	defer func() { l.stopped <- struct{}{} }()
+	batch := make([]*confirmation, 0, l.maxBatch)
+	for {
+		select {
+		case c := <-l.confirms:
+			batch = append(batch[:0], c)
+		case <-l.quit:
+			return
+		}
+	drain:
+		for len(batch) < l.maxBatch {
+			select {
+			case c := <-l.confirms:
+				batch = append(batch, c)
+			default:
+				break drain
+			}
+		}
+		if len(batch) == 1 {
+			c := batch[0]
+			c.chk, c.err = l.confirmOne(context.Background(), c.guid, c.attempt)
+			close(c.done)
+			continue
+		}
+		l.confirmMany(batch)
+	}
+}
+
+// confirmOne is one confirmation on its own: one row, one query.
+func (l *Ledger) confirmOne(ctx context.Context, guid string, attempt int) (ledger.ClaimCheck, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	var held bool
+	var age, now float64
+	err := l.pool.QueryRow(ctx, ledger.SQL.Confirm.Postgres, guid, attempt).Scan(&held, &age, &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ledger.ClaimCheck{}, nil
+	}
+	if err != nil {
+		return ledger.ClaimCheck{}, fmt.Errorf("confirm claim %s: %w", guid, translate(err))
+	}
+	return claimCheck(held, age, now), nil
+}
+
+// confirmMany answers batch with one query (ledger.SQL.ConfirmMany). A
+// GUID the query returns no row for has no row: it is not held. A failed
+// query fails every confirmation of the batch, and each holder refuses.
+func (l *Ledger) confirmMany(batch []*confirmation) {
+	defer func() {
+		for _, c := range batch {
+			close(c.done)
+		}
+	}()
+	guids := make([]string, len(batch))
+	attempts := make([]int32, len(batch))
+	for i, c := range batch {
+		guids[i], attempts[i] = c.guid, int32(c.attempt)
+	}
+	ctx, cancel := bound(context.Background())
+	defer cancel()
+	fail := func(err error) {
+		for _, c := range batch {
+			c.chk, c.err = ledger.ClaimCheck{}, fmt.Errorf("confirm claim %s: %w", c.guid, translate(err))
+		}
+	}
+	rows, err := l.pool.Query(ctx, ledger.SQL.ConfirmMany.Postgres, guids, attempts)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ord int64
+		var held bool
+		var age, now float64
+		if err := rows.Scan(&ord, &held, &age, &now); err != nil {
+			fail(err)
+			return
+		}
+		if ord < 1 || ord > int64(len(batch)) {
+			fail(fmt.Errorf("the server returned position %d of %d", ord, len(batch)))
+			return
+		}
+		batch[ord-1].chk = claimCheck(held, age, now)
+	}
+	if err := rows.Err(); err != nil {
+		fail(err)
+	}
+}
+
+func claimCheck(held bool, age, now float64) ledger.ClaimCheck {
+	return ledger.ClaimCheck{Held: held, Age: time.Duration(age * float64(time.Second)), Now: fromEpoch(now)}
+}
