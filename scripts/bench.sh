@@ -62,7 +62,8 @@
 #   BENCH_PURGE_BASE=REV scripts/bench.sh    table 5 also purges with purge built from REV, first (same run)
 #   BENCH_LEDGERS=postgres scripts/bench.sh  table 5 on one ledger only (default "sqlite postgres")
 #   BENCH_BASE=REV scripts/bench.sh          table 4 against the relay built from REV
-#   BENCH_T2="postgres postgres-nc" scripts/bench.sh  table 2's ledgers (default: all six)
+#   BENCH_T2="postgres postgres-nc" scripts/bench.sh  table 2's ledgers (default: all six;
+#                                            postgres-cd: a second cluster with commit_delay, BENCH_COMMIT_DELAY)
 #   BENCH_T4_LEDGER=postgres scripts/bench.sh  table 4 on a PostgreSQL ledger (default sqlite)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -95,6 +96,9 @@ wait_listening() {
   cat "$1" >&2; return 1
 }
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+# host_ticks: the whole machine's busy and total CPU ticks (every process:
+# load generator, relay, core, database server).
+host_ticks() { awk '/^cpu / { print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9 }' /proc/stat; }
 
 echo "== the disk: fsync after overwriting 16 KiB in place (the floor of one durable commit)"
 fsync_p50=$(DEDUP_FSYNC_DIR="$work" go test -run '^$' -bench FsyncInPlace -benchtime 300x ./ledger/sqlite/ |
@@ -147,8 +151,10 @@ load_point() {
   rpid=$!
   relay=$(wait_listening "$work/relay.log")
   before=$(cpu_ticks "$rpid")
+  read -r hb0 ht0 < <(host_ticks)
   out=$(bin/channel load --relay "$relay" --conns "$c" --duration "$secs" --dup-ratio 0.1 --amount 1 "${cargs[@]}")
   after=$(cpu_ticks "$rpid")
+  read -r hb1 ht1 < <(host_ticks)
   kill -TERM "$rpid"; wait "$rpid" || true
   tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
   sent=$(sed -n 's/.* sent=\([0-9]*\) .*/\1/p' <<<"$out")
@@ -156,6 +162,8 @@ load_point() {
   p99=$(sed -n 's/.*p99=\([0-9.]*\).*/\1/p' <<<"$out")
   twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
   cpu=$(( (after - before) * 10000 * 1000 / (sent > 0 ? sent : 1) / 1000 ))
+  host_cpu=$(( (hb1 - hb0) * 10000 / (sent > 0 ? sent : 1) ))
+  host_busy=$(( 100 * (hb1 - hb0) / (ht1 - ht0 > 0 ? ht1 - ht0 : 1) ))
 }
 
 if want 2; then
@@ -164,7 +172,7 @@ echo "== table 2: real binaries, channel load --dup-ratio 0.1, ${secs}s per poin
 bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
 pids+=($!)
 core="http://$(wait_listening "$work/core.log")"
-printf "%-11s %-6s %9s %8s %8s %10s %14s\n" "ledger" "conns" "tx/s" "p50ms" "p99ms" "cpu_us/tx" "applied_twice"
+printf "%-11s %-6s %9s %8s %8s %10s %14s %12s %9s\n" "ledger" "conns" "tx/s" "p50ms" "p99ms" "cpu_us/tx" "applied_twice" "host_us/tx" "host_busy"
 pgurl=$(scripts/pg.sh start "$work/pg")   # a throwaway cluster, data on the repository's disk
 pgstop() { scripts/pg.sh stop "$work/pg"; }
 trap 'pgstop; cleanup' EXIT
@@ -179,6 +187,11 @@ if [[ " $t2 " == *" postgres-ha"* ]]; then
   haurl=$(sed -n 's/^url=//p' "$work/ha.out")
   [ -n "$haurl" ] || { echo "bench: the HA cluster did not start" >&2; cat "$work/ha.log" >&2; exit 1; }
 fi
+if [[ " $t2 " == *" postgres-cd "* ]]; then
+  # The same cluster with the server grouping commits (docs/deploy.md).
+  cdurl=$(PG_EXTRA="${BENCH_COMMIT_DELAY:--c commit_delay=100 -c commit_siblings=4}" scripts/pg.sh start "$work/pgcd")
+  trap 'scripts/pg.sh stop "$work/pgcd"; pgstop; cleanup' EXIT
+fi
 go build -o "$work/" ./e2e/testdata/noconfirmrelay
 for where in $t2; do
   case "$where" in
@@ -192,6 +205,7 @@ for where in $t2; do
     if [[ "$where" == postgres* ]]; then
       db="$pgurl"
       [[ "$where" == postgres-ha* ]] && db="$haurl"
+      [ "$where" = postgres-cd ] && db="$cdurl"
       PGOPTIONS="-c client_min_messages=warning" psql "$db" -qc "DROP TABLE IF EXISTS tx" >/dev/null
     else
       rm -f "$dir"/relay.db*
@@ -214,7 +228,7 @@ for where in $t2; do
       waits_report+=$(sort "$work/waits.txt" | uniq -c | sort -rn | head -n 8 |
         awk -v n="$(wc -l <"$work/waits.txt")" '{ printf "    %5.1f%%  %s %s\n", 100*$1/(n>0?n:1), $2, $3 }')$'\n' 
     fi
-    printf "%-11s %-6s %9s %8s %8s %10s %14s\n" "$where" "$c" "$tps" "$p50" "$p99" "$cpu" "$twice" | tee -a "$work/table2.txt"
+    printf "%-11s %-6s %9s %8s %8s %10s %14s %12s %8s%%\n" "$where" "$c" "$tps" "$p50" "$p99" "$cpu" "$twice" "$host_cpu" "$host_busy" | tee -a "$work/table2.txt"
   done
 done
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done

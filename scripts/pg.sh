@@ -6,6 +6,8 @@
 #                              with fsync on; prints the ledger URL
 #   scripts/pg.sh stop DIR     stop it (DIR is left for the caller to remove)
 #
+# PG_EXTRA adds server settings to start (e.g. PG_EXTRA="-c commit_delay=100").
+#
 # As root, initdb and pg_ctl run as the postgres user (initdb refuses root).
 set -euo pipefail
 cmd=${1:?usage: pg.sh start|stop DIR} dir=${2:?usage: pg.sh start|stop DIR}
@@ -23,7 +25,7 @@ start)
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
          echo $((20000 + RANDOM % 20000)))
   "${as[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on -c max_connections=300 -c shared_buffers=128MB" \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on -c max_connections=300 -c shared_buffers=128MB ${PG_EXTRA:-}" \
     start >/dev/null
   "${as[@]}" "$bindir/psql" -h "$dir" -p "$port" -U postgres -qc "CREATE DATABASE dedup" >/dev/null
   echo "postgres://postgres@127.0.0.1:$port/dedup?sslmode=disable"

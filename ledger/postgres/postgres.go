@@ -4,8 +4,9 @@
 //
 // Writes are group-committed: Writers goroutines each take the writes that
 // wait while other commits are in flight and send them as one pipelined
-// batch (pgx.Batch) in one transaction, so that many transactions share one
-// round trip and one WAL flush; a lone write is one autocommit statement.
+// batch (pgx.Batch), one implicit transaction, so that many transactions
+// share one round trip and one WAL flush; a lone write is one autocommit
+// statement.
 // (The SQLite backend has no writer goroutine: its callers lead their own
 // group commits, as only one can hold SQLite's write lock.) Measured
 // against plain concurrent statements (which PostgreSQL's own WAL flush
@@ -352,16 +353,27 @@ func (l *Ledger) tryBatch(pending []*wop) (failed int, err error) {
 	start := time.Now()
 	failed = -1
 	err = l.onConn(ctx, func(c *pgxpool.Conn) error {
-		tx, err := c.Begin(ctx)
-		if err != nil {
-			return translate(err)
+		// Without faults the batch is one implicit transaction: its
+		// statements and their commit (at the batch's Sync) take one round
+		// trip. With faults (tests), an explicit transaction, so that the
+		// hooks run between the statements and their COMMIT.
+		var q interface {
+			SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+		} = c
+		var tx pgx.Tx
+		if l.faults != nil {
+			var err error
+			if tx, err = c.Begin(ctx); err != nil {
+				return translate(err)
+			}
+			defer tx.Rollback(ctx)
+			q = tx
 		}
-		defer tx.Rollback(ctx)
 		var b pgx.Batch
 		for _, o := range pending {
 			b.Queue(o.sql, o.args...)
 		}
-		br := tx.SendBatch(ctx, &b)
+		br := q.SendBatch(ctx, &b)
 		for i, o := range pending {
 			if err := o.read(br); err != nil {
 				br.Close()
@@ -372,7 +384,11 @@ func (l *Ledger) tryBatch(pending []*wop) (failed int, err error) {
 			}
 		}
 		if err := br.Close(); err != nil {
-			return translate(err)
+			// Every statement succeeded: without tx this was the commit.
+			return fmt.Errorf("commit: %w", translate(err))
+		}
+		if tx == nil {
+			return nil
 		}
 		return l.commit(ctx, tx)
 	})
