@@ -116,14 +116,14 @@ for pair in "1:$n1" "16:$n16" "64:$n64"; do
 done
 awk -v fsync="$fsync_p50" '
   { split($1, p, "/"); c=p[2]; sub("conns=","",c); st=p[3]; sub("store=","",st); sub(/-[0-9]+$/,"",st)
-    for (i=2;i<=NF;i++) { if ($(i+1)=="tx/s") t[c,st]=$i; if ($(i+1)=="p50-ms") p50[c,st]=$i; if ($(i+1)=="p99-ms") p99[c,st]=$i; if ($(i+1)=="cpu-us/tx") cpu[c,st]=$i }
+    for (i=2;i<=NF;i++) { if ($(i+1)=="tx/s") t[c,st]=$i; if ($(i+1)=="p50-ms") p50[c,st]=$i; if ($(i+1)=="p99-ms") p99[c,st]=$i; if ($(i+1)=="cpu-us/tx") cpu[c,st]=$i; if ($(i+1)=="applied-twice") twice[c,st]=$i }
     cs[c]=1 }
   END {
-    printf "%-6s %-14s %9s %8s %8s %10s %10s %9s\n", "conns", "store", "tx/s", "p50ms", "p99ms", "cpu_us/tx", "vs_memory", "vs_floor"
+    printf "%-6s %-14s %9s %8s %8s %10s %10s %9s %14s\n", "conns", "store", "tx/s", "p50ms", "p99ms", "cpu_us/tx", "vs_memory", "vs_floor", "applied_twice"
     n=split("1 16 64", order, " "); m=split("memory memory+fsync full normal full+metrics", stores, " ")
     for (k=1;k<=n;k++) { c=order[k]; if (!(c in cs)) continue
       for (j=1;j<=m;j++) { st=stores[j]; if (!((c,st) in t)) continue
-        printf "%-6s %-14s %9.0f %8.3f %8.3f %10.1f %9.0f%% %8.0f%%\n", c, st, t[c,st], p50[c,st], p99[c,st], cpu[c,st], 100*t[c,st]/t[c,"memory"], 100*t[c,st]/t[c,"memory+fsync"] }
+        printf "%-6s %-14s %9.0f %8.3f %8.3f %10.1f %9.0f%% %8.0f%% %14s\n", c, st, t[c,st], p50[c,st], p99[c,st], cpu[c,st], 100*t[c,st]/t[c,"memory"], 100*t[c,st]/t[c,"memory+fsync"], ((c,st) in twice) ? twice[c,st] : "?" }
       if ((c,"full+metrics") in t) printf "%-6s %-14s metrics cost: %+.1f%% tx/s, %+.1f cpu_us/tx against full in this run\n", c, "", 100*(t[c,"full+metrics"]/t[c,"full"]-1), cpu[c,"full+metrics"]-cpu[c,"full"]
     }
     print ""
