@@ -392,3 +392,34 @@ func TestPurgeProgressOnlyOnATerminal(t *testing.T) {
 	assert.Assert(t, strings.Contains(res.Stdout(), "purge: deleted 1200 of 1200"), "no progress on a terminal: %q", res.Stdout())
 	assert.Assert(t, strings.Contains(res.Stdout(), "purge: deleted=1200"), res.Stdout())
 }
+
+// TestDamagedSQLiteLedgerFoundWhileServingRefusesEveryNewClaim: the relay
+// no longer waits for the whole-file check before it listens (seconds per
+// gigabyte on a large ledger). It checks while serving; when the check
+// finds the damage, it says so, and from then on claims nothing: a new
+// transfer gets E902 and the core is not called.
+func TestDamagedSQLiteLedgerFoundWhileServingRefusesEveryNewClaim(t *testing.T) {
+	t.Parallel()
+	c := startCore(t)
+	db := filepath.Join(t.TempDir(), "relay.db")
+	ldb := openDB(t, db)
+	ldb.applySchema(t)
+	ldb.insertOldDone(t, 3000, make([]byte, 135), make([]byte, 117))
+	_, err := ldb.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	assert.NilError(t, err)
+	assert.NilError(t, ldb.Close())
+	st, err := os.Stat(db)
+	assert.NilError(t, err)
+	f, err := os.OpenFile(db, os.O_WRONLY, 0)
+	assert.NilError(t, err)
+	_, err = f.WriteAt([]byte(strings.Repeat("garbage!", 4*4096/8)), st.Size()/2/4096*4096)
+	assert.NilError(t, err)
+	assert.NilError(t, f.Close())
+
+	r := startRelay(t, db, c.url)
+	r.waitLog(t, "ledger check failed")
+	g := newGUID()
+	tg := telegram(t, g)
+	assert.Equal(t, code(send(t, r.addr, tg)), "E902", "a new transfer on a damaged ledger was not refused")
+	assert.Equal(t, c.stats(t).ByGUID[g], 0, "the core was called for a transfer the ledger could not record")
+}

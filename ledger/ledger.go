@@ -30,6 +30,10 @@ var ErrClosed = errors.New("ledger closed")
 // lock for longer than BusyTimeout. Nothing was written.
 var ErrBusy = errors.New("ledger busy: another writer held the lock for longer than the busy timeout")
 
+// ErrDamaged is wrapped by every write after the ledger's background check
+// (Options.CheckInBackground) found the file damaged. Nothing is written.
+var ErrDamaged = errors.New("the ledger file is damaged (restore it from a backup)")
+
 // ErrNotCommitted is returned by a write that the database acknowledged in
 // a way that does not make it a commit the relay may act on: PostgreSQL
 // committed it locally but warned that it might not have reached the
@@ -250,6 +254,14 @@ type Options struct {
 	// Warn, if set, is told of something an operator should fix that does
 	// not stop the ledger from opening (a ledger file others can read).
 	Warn func(msg string, args ...any)
+	// CheckInBackground, if set, moves the SQLite ledger's structural check
+	// (PRAGMA quick_check, which reads the whole file: seconds per
+	// gigabyte) out of Open into a goroutine on its own read snapshot, so
+	// that a large ledger opens at once; the header, the journal mode and
+	// the schema are still checked by Open. It is told the check's result
+	// once. If the file is damaged, every later write fails with
+	// ErrDamaged. PostgreSQL ignores it (the server checks its own pages).
+	CheckInBackground func(took time.Duration, err error)
 	// Actor names who writes the events of this handle's changes:
 	// "relay@HOST", "resolve@HOST"; Actor(name) makes it.
 	Actor string

@@ -145,6 +145,18 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	command.WarnDB(log, f.DB, f.DBInsecure)
 	var m *metrics.Relay
 	opts := ledger.Options{Synchronous: f.Synchronous, Warn: log.Warn, Actor: ledger.Actor("relay")}
+	// A restart must not wait for a whole-file read (seconds per gigabyte
+	// of a SQLite ledger): the structural check runs while the relay
+	// serves, and a damaged file stops every write (rule 14's path: known
+	// GUIDs are answered from their rows, new ones get E902).
+	opts.CheckInBackground = func(took time.Duration, err error) {
+		if err != nil {
+			log.Error("ledger check failed: the file is damaged; every write is refused from now on (new transfers get E902, known GUIDs are answered from their rows); stop the relay and restore the ledger from a backup",
+				"db", backend.Describe(f.DB), "took_s", took.Seconds(), "error", err)
+			return
+		}
+		log.Info("ledger check ok", "db", backend.Describe(f.DB), "took_s", took.Seconds())
+	}
 	if f.MetricsListen != "" {
 		m = metrics.New()
 		opts.OnCommit = m.Commit

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
@@ -55,6 +56,12 @@ type Ledger struct {
 	onCommit func(time.Duration, int)
 	warn     func(string, ...any)
 	actor    string // who writes this handle's events
+
+	// The structural check in the background (Options.CheckInBackground).
+	checkLater bool
+	damaged    atomic.Pointer[error] // set when the check failed: every write fails with it
+	stopCheck  context.CancelFunc
+	checkEnded chan struct{}
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -135,12 +142,13 @@ func (l *Ledger) prepareWriteConn(ctx context.Context) error {
 		return fmt.Errorf("apply schema: %w", translate(err))
 	}
 	// A quick structural check, so that a damaged file is refused at start
-	// with its name rather than failing one claim at a time.
-	var ok string
-	if err := l.conn.QueryRowContext(ctx, "PRAGMA quick_check(1)").Scan(&ok); err != nil {
-		return fmt.Errorf("integrity check: %w", translate(err))
-	} else if ok != "ok" {
-		return fmt.Errorf("integrity check failed: %s (the file is damaged; restore it from a backup)", ok)
+	// with its name rather than failing one claim at a time; or, for a
+	// caller that cannot wait seconds per gigabyte, in the background
+	// (checkInBackground).
+	if !l.checkLater {
+		if err := quickCheck(ctx, l.conn); err != nil {
+			return err
+		}
 	}
 	// Checkpoints stay SQLite's automatic ones (every 1000 WAL pages, run
 	// by the committing connection). A background checkpointer was tried
@@ -181,7 +189,8 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	wdb.SetConnMaxIdleTime(0)
 	wdb.SetConnMaxLifetime(0)
 
-	l := &Ledger{wdb: wdb, faults: opts.Faults, onCommit: opts.OnCommit, warn: opts.Warn, actor: ledger.ActorOf(opts)}
+	l := &Ledger{wdb: wdb, faults: opts.Faults, onCommit: opts.OnCommit, warn: opts.Warn, actor: ledger.ActorOf(opts),
+		checkLater: opts.CheckInBackground != nil}
 	l.idle = sync.NewCond(&l.mu)
 	fail := func(err error) (*Ledger, error) {
 		if l.conn != nil {
@@ -224,7 +233,45 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	if l.maxBatch <= 0 {
 		l.maxBatch = DefaultMaxBatch
 	}
+	if l.checkLater {
+		l.checkInBackground(opts.CheckInBackground)
+	}
 	return l, nil
+}
+
+// quickCheck runs SQLite's structural check on c: every page of the file is
+// read, so it takes seconds per gigabyte.
+func quickCheck(ctx context.Context, c interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) error {
+	var ok string
+	if err := c.QueryRowContext(ctx, "PRAGMA quick_check(1)").Scan(&ok); err != nil {
+		return fmt.Errorf("integrity check: %w", translate(err))
+	} else if ok != "ok" {
+		return fmt.Errorf("integrity check failed: %s (the file is damaged; restore it from a backup)", ok)
+	}
+	return nil
+}
+
+// checkInBackground runs quickCheck on a read connection (its own
+// snapshot: the writes go on meanwhile) and tells done the result. A
+// damaged file fails every write from then on; Close stops the check.
+func (l *Ledger) checkInBackground(done func(time.Duration, error)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	l.stopCheck, l.checkEnded = cancel, make(chan struct{})
+	go func() {
+		defer close(l.checkEnded)
+		start := time.Now()
+		err := quickCheck(ctx, l.rdb)
+		if ctx.Err() != nil {
+			return // closed meanwhile
+		}
+		if err != nil {
+			damaged := fmt.Errorf("%w: %v", ledger.ErrDamaged, err)
+			l.damaged.Store(&damaged)
+		}
+		done(time.Since(start), err)
+	}()
 }
 
 // translate adds what an operator should know to SQLite's terse errors.
@@ -256,6 +303,10 @@ func (l *Ledger) Close() error {
 		l.idle.Wait()
 	}
 	l.mu.Unlock()
+	if l.stopCheck != nil {
+		l.stopCheck()
+		<-l.checkEnded
+	}
 	l.getStmt.Close()
 	l.stmts.close()
 	err := l.conn.Close()

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 
@@ -270,5 +271,81 @@ func TestOneFailingStatementFailsOnlyItsOwnWrite(t *testing.T) {
 		assert.NilError(t, err)
 		assert.Assert(t, r != nil, "%s has no row", g(i))
 		assert.Check(t, r.State == want, "%s is %s, want %s", g(i), r.State, want)
+	}
+}
+
+// damagedInside writes a ledger of 2,000 rows and overwrites pages in the
+// middle of the file: the header, the schema and the journal mode still
+// read fine, so only the structural check finds the damage.
+func damagedInside(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := Open(path, ledger.Options{})
+	assert.NilError(t, err)
+	for i := 0; i < 2000; i++ {
+		_, err := l.Claim(ctx, fmt.Sprintf("G%031d", i), "TRF00001", make([]byte, 200))
+		assert.NilError(t, err)
+	}
+	assert.NilError(t, l.Close())
+	st, err := os.Stat(path)
+	assert.NilError(t, err)
+	assert.Assert(t, st.Size() > 64*4096, "the ledger is only %d bytes", st.Size())
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	assert.NilError(t, err)
+	_, err = f.WriteAt([]byte(strings.Repeat("garbage!", 4*4096/8)), st.Size()/2/4096*4096)
+	assert.NilError(t, err)
+	assert.NilError(t, f.Close())
+	return path
+}
+
+// The damage inside a file is refused at open when the check runs there.
+func TestOpenRefusesAFileDamagedInside(t *testing.T) {
+	path := damagedInside(t)
+	_, err := Open(path, ledger.Options{})
+	assert.ErrorContains(t, err, path)
+	assert.ErrorContains(t, err, "integrity check")
+}
+
+// With the check in the background (the relay, which must not wait seconds
+// per gigabyte to restart), the ledger opens at once; when the check finds
+// the damage, it says so and every later write is refused: nothing more is
+// claimed on a damaged file.
+func TestBackgroundCheckOfADamagedFileRefusesEveryLaterWrite(t *testing.T) {
+	path := damagedInside(t)
+	checked := make(chan error, 1)
+	l, err := Open(path, ledger.Options{CheckInBackground: func(_ time.Duration, err error) { checked <- err }})
+	assert.NilError(t, err, "the open waited for the check")
+	defer l.Close()
+	err = <-checked
+	assert.ErrorContains(t, err, "integrity check")
+	_, err = l.Claim(ctx, "G-after-the-check", "TRF00001", []byte("r"))
+	assert.Check(t, errors.Is(err, ledger.ErrDamaged), "claim on a damaged file: %v", err)
+	_, err = l.PurgeBatch(ctx, 0, 10)
+	assert.Check(t, errors.Is(err, ledger.ErrDamaged), "purge on a damaged file: %v", err)
+}
+
+// A sound file checked in the background reports ok and keeps its writes.
+func TestBackgroundCheckOfASoundFilePassesAndWritesGoOn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	checked := make(chan error, 1)
+	l, err := Open(path, ledger.Options{CheckInBackground: func(_ time.Duration, err error) { checked <- err }})
+	assert.NilError(t, err)
+	defer l.Close()
+	assert.NilError(t, <-checked)
+	ok, err := l.Claim(ctx, "G1", "TRF00001", []byte("r"))
+	assert.NilError(t, err)
+	assert.Check(t, ok)
+}
+
+// Close ends the background check before it returns: no goroutine reads
+// the file after Close.
+func TestCloseStopsTheBackgroundCheck(t *testing.T) {
+	l, err := Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{CheckInBackground: func(time.Duration, error) {}})
+	assert.NilError(t, err)
+	assert.NilError(t, l.Close())
+	select {
+	case <-l.checkEnded:
+	default:
+		t.Fatal("Close returned while the background check was still running")
 	}
 }

@@ -76,6 +76,9 @@ func (l *Ledger) submit(ctx context.Context, o *op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if damaged := l.damaged.Load(); damaged != nil {
+		return *damaged
+	}
 	o.done = make(chan error, 1)
 	l.mu.Lock()
 	if l.closed {
