@@ -19,15 +19,28 @@ if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit
 echo "== go vet"
 go vet ./...
 go vet -tags faults ./e2e/
+# The end-to-end tests mostly wait on the processes they start (timeouts,
+# leases, failovers), so four run at once (-parallel 4), not GOMAXPROCS (2).
 echo "== go test -race (ledger conformance on SQLite and PostgreSQL; end-to-end on SQLite)"
-DEDUP_E2E_RACE=1 go test -race -count=1 -timeout 30m ./...
-echo "== end-to-end tests on a PostgreSQL ledger"
+DEDUP_E2E_RACE=1 go test -race -count=1 -parallel 4 -timeout 30m ./...
+echo "== end-to-end tests on a PostgreSQL ledger, beside the model check (SPIN, one core)"
+# The model check is one CPU-bound process and the tests mostly wait, so
+# they share the machine; the model's output follows the tests'.
+model_log=$(mktemp)
+scripts/model.sh >"$model_log" 2>&1 &
+model_pid=$!
+e2e_rc=0
 # The tests that start PostgreSQL clusters of their own already ran above;
 # the full-disk test is about the SQLite file.
-DEDUP_E2E_LEDGER=postgres DEDUP_E2E_RACE=1 go test -race -count=1 -timeout 30m \
-  -skip 'TestTwoHostsShareOnePostgresLedger|TestPurgeBesideAReaderStallsNoClaim|TestFastLedgerClockDecidesNothingByAge|TestBrokenLinkToTheCore|TestPostgresDown|TestReadyzFollowsTheLedger|TestFullDiskLosesNothing|TestLedgerFilesArePrivateAndPurgeLeavesNoMemo|TestHA|TestNoPasswordLeavesTheProcess' ./e2e/
+DEDUP_E2E_LEDGER=postgres DEDUP_E2E_RACE=1 go test -race -count=1 -parallel 4 -timeout 30m \
+  -skip 'TestTwoHostsShareOnePostgresLedger|TestPurgeBesideAReaderStallsNoClaim|TestFastLedgerClockDecidesNothingByAge|TestBrokenLinkToTheCore|TestPostgresDown|TestReadyzFollowsTheLedger|TestFullDiskLosesNothing|TestLedgerFilesArePrivateAndPurgeLeavesNoMemo|TestHA|TestNoPasswordLeavesTheProcess' ./e2e/ || e2e_rc=$?
+model_rc=0
+wait "$model_pid" || model_rc=$?
 echo "== the protocol, model-checked (SPIN: the model and its mutants)"
-scripts/model.sh
+cat "$model_log"
+rm -f "$model_log"
+if [ "$e2e_rc" -ne 0 ]; then echo "test.sh: the end-to-end tests on PostgreSQL failed" >&2; exit 1; fi
+if [ "$model_rc" -ne 0 ]; then echo "test.sh: the model check failed" >&2; exit 1; fi
 echo "== the Debian packages, installed into this machine (root)"
 if [ "$(id -u)" -eq 0 ]; then
   scripts/package-test.sh
