@@ -154,16 +154,16 @@ FROM tx WHERE guid=?`,
 		Postgres: `SELECT state='SENT' AND attempts=$2, extract(epoch FROM clock_timestamp() - updated_at),
 extract(epoch FROM clock_timestamp()) FROM tx WHERE guid=$1`,
 	},
-	// Rule 13 for many holders at once: one query answers every
-	// confirmation that waited while another was in flight, each by its
-	// position (ord) in the arrays; a GUID without a row returns nothing.
-	// Each row's clock_timestamp() is read after every one of them asked.
-	// SQLite has none: its confirmation is a local read, with no round
-	// trip to share.
+	// Rule 13 for many holders at once: one query reads the rows of every
+	// confirmation that waited while another was in flight (= ANY, so that
+	// each GUID is one lookup in the primary key's index, whatever the
+	// table's size); the caller judges each holder's attempt against its
+	// row. A GUID without a row returns nothing. Each row's
+	// clock_timestamp() is read after every one of them asked. SQLite has
+	// none: its confirmation is a local read, with no round trip to share.
 	ConfirmMany: Statement{
-		Postgres: `SELECT q.ord, t.state='SENT' AND t.attempts=q.attempt, extract(epoch FROM clock_timestamp() - t.updated_at),
-extract(epoch FROM clock_timestamp())
-FROM unnest($1::text[], $2::integer[]) WITH ORDINALITY AS q(guid, attempt, ord) JOIN tx t ON t.guid = q.guid`,
+		Postgres: `SELECT guid, state='SENT', attempts, extract(epoch FROM clock_timestamp() - updated_at),
+extract(epoch FROM clock_timestamp()) FROM tx WHERE guid = ANY($1::text[])`,
 	},
 	// docs/ledger.md "Clocks": the database's clock, against the host's.
 	Now: Statement{

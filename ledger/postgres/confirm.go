@@ -103,19 +103,23 @@ func (l *Ledger) confirmOne(ctx context.Context, guid string, attempt int) (ledg
 	return claimCheck(held, age, now), nil
 }
 
-// confirmMany answers batch with one query (ledger.SQL.ConfirmMany). A
-// GUID the query returns no row for has no row: it is not held. A failed
-// query fails every confirmation of the batch, and each holder refuses.
+// confirmMany answers batch with one query (ledger.SQL.ConfirmMany): each
+// confirmation is held if its GUID's row is SENT with its attempt. A GUID
+// the query returns no row for has no row: it is not held. A failed query
+// fails every confirmation of the batch, and each holder refuses.
 func (l *Ledger) confirmMany(batch []*confirmation) {
 	defer func() {
 		for _, c := range batch {
 			close(c.done)
 		}
 	}()
-	guids := make([]string, len(batch))
-	attempts := make([]int32, len(batch))
-	for i, c := range batch {
-		guids[i], attempts[i] = c.guid, int32(c.attempt)
+	byGUID := make(map[string][]*confirmation, len(batch))
+	guids := make([]string, 0, len(batch))
+	for _, c := range batch {
+		if _, seen := byGUID[c.guid]; !seen {
+			guids = append(guids, c.guid)
+		}
+		byGUID[c.guid] = append(byGUID[c.guid], c)
 	}
 	ctx, cancel := bound(context.Background())
 	defer cancel()
@@ -124,25 +128,24 @@ func (l *Ledger) confirmMany(batch []*confirmation) {
 			c.chk, c.err = ledger.ClaimCheck{}, fmt.Errorf("confirm claim %s: %w", c.guid, translate(err))
 		}
 	}
-	rows, err := l.pool.Query(ctx, ledger.SQL.ConfirmMany.Postgres, guids, attempts)
+	rows, err := l.pool.Query(ctx, ledger.SQL.ConfirmMany.Postgres, guids)
 	if err != nil {
 		fail(err)
 		return
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var ord int64
-		var held bool
+		var guid string
+		var sent bool
+		var attempts int
 		var age, now float64
-		if err := rows.Scan(&ord, &held, &age, &now); err != nil {
+		if err := rows.Scan(&guid, &sent, &attempts, &age, &now); err != nil {
 			fail(err)
 			return
 		}
-		if ord < 1 || ord > int64(len(batch)) {
-			fail(fmt.Errorf("the server returned position %d of %d", ord, len(batch)))
-			return
+		for _, c := range byGUID[guid] {
+			c.chk = claimCheck(sent && attempts == c.attempt, age, now)
 		}
-		batch[ord-1].chk = claimCheck(held, age, now)
 	}
 	if err := rows.Err(); err != nil {
 		fail(err)

@@ -302,12 +302,12 @@ func TestOneFailingStatementFailsOnlyItsOwnWrite(t *testing.T) {
 	}
 }
 
-// TestOneQueryAnswersEachConfirmationByItsPosition drives confirmMany with
+// TestOneQueryAnswersEachConfirmationForItsOwnGUIDAndAttempt drives confirmMany with
 // a batch built by hand, so that the batched path runs whatever the
 // scheduler does: the same GUID asked with two attempts, GUIDs without a
 // row between held ones, and a finished row. A mix-up of positions gives
 // a holder its neighbour's answer.
-func TestOneQueryAnswersEachConfirmationByItsPosition(t *testing.T) {
+func TestOneQueryAnswersEachConfirmationForItsOwnGUIDAndAttempt(t *testing.T) {
 	db := pgtest.SharedDatabase(t)
 	l, err := Open(db, ledger.Options{})
 	assert.NilError(t, err)
