@@ -355,7 +355,7 @@ func testSelections(t *testing.T, s suite) {
 	}
 	ins("unknown-at-limit", "UNKNOWN", "E901", 1, 300)
 	ins("unknown-old", "UNKNOWN", "E901", 1, 600)
-	ins("unknown-young", "UNKNOWN", "E901", 1, 298)
+	ins("unknown-young", "UNKNOWN", "E901", 1, 240) // a minute younger: a slow test must not age it past the edge
 	ins("failed-1", "FAILED", "E902", 1, 1)
 	ins("failed-2", "FAILED", "E902", 2, 1)
 	ins("failed-3", "FAILED", "E902", 3, 1)
@@ -363,7 +363,7 @@ func testSelections(t *testing.T, s suite) {
 	ins("failed-other", "FAILED", "E999", 1, 1)
 	ins("sent-old", "SENT", nil, 1, 62)
 	ins("received-old", "RECEIVED", nil, 0, 62)
-	ins("sent-young", "SENT", nil, 1, 58)
+	ins("sent-young", "SENT", nil, 1, 30)
 	ins("unknown-ancient", "UNKNOWN", "E901", 1, 30*86400)
 
 	u, err := l.SelectUnknown(ctx, 300*time.Second)
@@ -406,7 +406,7 @@ func testPurge(t *testing.T, s suite) {
 		s.insert(t, db, st+"-ancient", "TRF00001", st, "0000", []byte("r"), nil, 1, 30*day)
 	}
 	s.insert(t, db, "done-at-limit", "TRF00001", "DONE", "0000", []byte("r"), []byte("x"), 1, 7*day)
-	s.insert(t, db, "done-young", "TRF00001", "DONE", "0000", []byte("r"), []byte("x"), 1, 7*day-2)
+	s.insert(t, db, "done-young", "TRF00001", "DONE", "0000", []byte("r"), []byte("x"), 1, 7*day-3600) // an hour younger: a slow test must not age it past the edge
 	for i := 0; i < 25; i++ {
 		s.insert(t, db, fmt.Sprintf("done-old-%02d", i), "TRF00001", "DONE", "0000", []byte("r"), []byte("x"), 1, 8*day)
 	}
