@@ -21,7 +21,7 @@ import (
 type LoadConfig struct {
 	Relay    string        // HOST:PORT
 	Conns    int           // concurrent connections
-	Duration time.Duration // run this long, or
+	Duration time.Duration // run this long (ignored with Count), or
 	Count    int           // send this many telegrams (if > 0)
 	DupRatio float64       // fraction of sends that retransmit a recent GUID of another connection
 	Timeout  time.Duration // per reply
@@ -151,7 +151,12 @@ func (cfg LoadConfig) withDefaults() LoadConfig {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	if cfg.Count <= 0 && cfg.Duration <= 0 {
+	if cfg.Count > 0 {
+		// A count is sent in full, however long it takes (the flag's
+		// promise): a slow relay must not turn "send 3,000" into "send
+		// what fits in the default 10 s".
+		cfg.Duration = 0
+	} else if cfg.Duration <= 0 {
 		cfg.Duration = 10 * time.Second
 	}
 	if cfg.Channel == "" {

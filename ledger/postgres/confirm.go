@@ -62,20 +62,9 @@ func (l *Ledger) confirmer() {
 	defer func() { l.stopped <- struct{}{} }()
 	batch := make([]*confirmation, 0, l.maxBatch)
 	for {
-		select {
-		case c := <-l.confirms:
-			batch = append(batch[:0], c)
-		case <-l.quit:
+		var open bool
+		if batch, open = gather(l.confirms, l.quit, batch, l.maxBatch); !open {
 			return
-		}
-	drain:
-		for len(batch) < l.maxBatch {
-			select {
-			case c := <-l.confirms:
-				batch = append(batch, c)
-			default:
-				break drain
-			}
 		}
 		if len(batch) == 1 {
 			c := batch[0]

@@ -261,6 +261,28 @@ func (l *Ledger) submit(ctx context.Context, o *wop) error {
 	return <-o.done
 }
 
+// gather waits for the first item on ch and takes, without waiting, the
+// ones queued behind it, up to max in all, into batch (reused). It reports
+// false once quit is closed. The writers and confirmers batch with it: what
+// waited while the previous round trip was in flight shares the next one.
+func gather[T any](ch <-chan T, quit <-chan struct{}, batch []T, max int) ([]T, bool) {
+	select {
+	case x := <-ch:
+		batch = append(batch[:0], x)
+	case <-quit:
+		return batch[:0], false
+	}
+	for len(batch) < max {
+		select {
+		case x := <-ch:
+			batch = append(batch, x)
+		default:
+			return batch, true
+		}
+	}
+	return batch, true
+}
+
 // writer gathers the writes that wait while a commit is in flight and
 // commits them together: one round trip (a pipelined batch) and one WAL
 // flush for all. A lone write runs as one autocommit statement, which is
@@ -269,20 +291,9 @@ func (l *Ledger) writer() {
 	defer func() { l.stopped <- struct{}{} }()
 	batch := make([]*wop, 0, l.maxBatch)
 	for {
-		select {
-		case o := <-l.ops:
-			batch = append(batch[:0], o)
-		case <-l.quit:
+		var open bool
+		if batch, open = gather(l.ops, l.quit, batch, l.maxBatch); !open {
 			return
-		}
-	drain:
-		for len(batch) < l.maxBatch {
-			select {
-			case o := <-l.ops:
-				batch = append(batch, o)
-			default:
-				break drain
-			}
 		}
 		if len(batch) == 1 {
 			batch[0].done <- l.runOne(context.Background(), batch[0])

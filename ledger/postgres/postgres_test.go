@@ -344,3 +344,23 @@ func TestOneQueryAnswersEachConfirmationForItsOwnGUIDAndAttempt(t *testing.T) {
 		}
 	}
 }
+
+// TestGatherTakesWhatWaitsUpToTheBatchLimit: the first item is waited for,
+// the ones queued behind it are taken without waiting, never more than
+// max; a closed quit ends the loop.
+func TestGatherTakesWhatWaitsUpToTheBatchLimit(t *testing.T) {
+	ch := make(chan int, 10)
+	quit := make(chan struct{})
+	for i := 1; i <= 5; i++ {
+		ch <- i
+	}
+	batch, open := gather(ch, quit, nil, 3)
+	assert.Assert(t, open)
+	assert.DeepEqual(t, batch, []int{1, 2, 3})
+	batch, open = gather(ch, quit, batch, 3)
+	assert.Assert(t, open)
+	assert.DeepEqual(t, batch, []int{4, 5}) // afresh, and without waiting for a sixth
+	close(quit)
+	_, open = gather(ch, quit, batch, 3)
+	assert.Assert(t, !open, "gather went on after quit was closed")
+}
