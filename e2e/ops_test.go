@@ -145,8 +145,15 @@ func TestReadyzFollowsTheLedger(t *testing.T) {
 	c := startCore(t)
 	r := startRelay(t, db, c.url, "--metrics-listen", "127.0.0.1:0")
 	readyz := "http://" + r.metricsAddr + "/readyz"
-	status, _ := httpGet(t, readyz)
-	assert.Equal(t, status, 200)
+	// Ready once the channel listener is served: a load balancer polls,
+	// and a probe in the first milliseconds may see 503.
+	ready := func(poll.LogT) poll.Result {
+		if status, body := httpGet(t, readyz); status != 200 {
+			return poll.Continue("%d %s", status, body)
+		}
+		return poll.Success()
+	}
+	poll.WaitOn(t, ready, poll.WithTimeout(30*time.Second), poll.WithDelay(50*time.Millisecond))
 	assert.NilError(t, pg.StopServer("immediate"))
 	status, body := httpGet(t, readyz)
 	assert.Equal(t, status, 503, body)
@@ -154,12 +161,7 @@ func TestReadyzFollowsTheLedger(t *testing.T) {
 	assert.Equal(t, strings.TrimSpace(body), "not ready: ledger")
 	r.waitLog(t, "readiness check failed")
 	assert.NilError(t, pg.StartServer())
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if status, body := httpGet(t, readyz); status != 200 {
-			return poll.Continue("%d %s", status, body)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
+	poll.WaitOn(t, ready, poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
 	status, _ = httpGet(t, "http://"+r.metricsAddr+"/healthz")
 	assert.Equal(t, status, 200)
 }
