@@ -62,6 +62,7 @@
 #   BENCH_PURGE_BASE=REV scripts/bench.sh    table 5 also purges with purge built from REV, first (same run)
 #   BENCH_LEDGERS=postgres scripts/bench.sh  table 5 on one ledger only (default "sqlite postgres")
 #   BENCH_BASE=REV scripts/bench.sh          table 4 against the relay built from REV
+#   BENCH_WARMUP=0 scripts/bench.sh          no unmeasured warm-up before each load point (default 1 s)
 #   BENCH_T2="postgres postgres-nc" scripts/bench.sh  table 2's ledgers (default: all six;
 #                                            postgres-cd: a second cluster with commit_delay, BENCH_COMMIT_DELAY)
 #   BENCH_T4_LEDGER=postgres scripts/bench.sh  table 4 on a PostgreSQL ledger (default sqlite)
@@ -150,6 +151,11 @@ load_point() {
   "${relay_bin:-bin/relay}" --db "$db" --listen 127.0.0.1:0 --core "$core" "${rargs[@]}" 2>"$work/relay.log" &
   rpid=$!
   relay=$(wait_listening "$work/relay.log")
+  # Unmeasured warm-up, so that every point is the steady state: the
+  # relay's pools connected, the core's connections open.
+  if [ "${BENCH_WARMUP:-1}" -gt 0 ]; then
+    bin/channel load --relay "$relay" --conns "$c" --duration "${BENCH_WARMUP:-1}" --dup-ratio 0.1 --amount 1 "${cargs[@]}" >/dev/null
+  fi
   before=$(cpu_ticks "$rpid")
   read -r hb0 ht0 < <(host_ticks)
   out=$(bin/channel load --relay "$relay" --conns "$c" --duration "$secs" --dup-ratio 0.1 --amount 1 "${cargs[@]}")
