@@ -418,10 +418,14 @@ func TestDamagedSQLiteLedgerFoundWhileServingRefusesEveryNewClaim(t *testing.T) 
 	assert.NilError(t, err)
 	assert.NilError(t, f.Close())
 
-	r := startRelay(t, db, c.url)
+	r := startRelay(t, db, c.url, "--metrics-listen", "127.0.0.1:0")
 	r.waitLog(t, "ledger check failed")
 	g := newGUID()
 	tg := telegram(t, g)
 	assert.Equal(t, code(send(t, r.addr, tg)), "E902", "a new transfer on a damaged ledger was not refused")
 	assert.Equal(t, c.stats(t).ByGUID[g], 0, "the core was called for a transfer the ledger could not record")
+	// Out of service: the load balancer and DedupRelayNotReady see it.
+	status, body := httpGet(t, "http://"+r.metricsAddr+"/readyz")
+	assert.Equal(t, status, 503, body)
+	assert.Equal(t, strings.TrimSpace(body), "not ready: ledger")
 }

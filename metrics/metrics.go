@@ -364,6 +364,13 @@ func (s *Server) notReady(ctx context.Context) (string, error) {
 	if s.serving != nil && !s.serving() {
 		return "not ready: listener", errors.New("the channel listener is not accepting")
 	}
+	// A ledger whose file was found damaged answers reads but refuses
+	// every write: not ready, whatever a read says.
+	if d, ok := s.l.(interface{ Damaged() error }); ok {
+		if err := d.Damaged(); err != nil {
+			return "not ready: ledger", err
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
 	if _, err := s.l.Get(ctx, readyProbeGUID); err != nil {

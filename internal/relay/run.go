@@ -151,7 +151,7 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	// GUIDs are answered from their rows, new ones get E902).
 	opts.CheckInBackground = func(took time.Duration, err error) {
 		if err != nil {
-			log.Error("ledger check failed: the file is damaged; every write is refused from now on (new transfers get E902, known GUIDs are answered from their rows); stop the relay and restore the ledger from a backup",
+			log.Error("ledger check failed: the file is damaged; every write is refused from now on (new transfers get E902, known GUIDs are answered from their rows) and /readyz answers 503; this does not heal by itself: stop the relay and restore the ledger from a backup",
 				"db", backend.Describe(f.DB), "took_s", took.Seconds(), "error", err)
 			return
 		}

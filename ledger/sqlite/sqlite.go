@@ -58,8 +58,8 @@ type Ledger struct {
 	actor    string // who writes this handle's events
 
 	// The structural check in the background (Options.CheckInBackground).
-	checkLater bool
-	damaged    atomic.Pointer[error] // set when the check failed: every write fails with it
+	checkDone  func(time.Duration, error) // Options.CheckInBackground; nil: the check runs at open
+	damaged    atomic.Pointer[error]      // set when the check failed: every write fails with it
 	stopCheck  context.CancelFunc
 	checkEnded chan struct{}
 }
@@ -145,7 +145,7 @@ func (l *Ledger) prepareWriteConn(ctx context.Context) error {
 	// with its name rather than failing one claim at a time; or, for a
 	// caller that cannot wait seconds per gigabyte, in the background
 	// (checkInBackground).
-	if !l.checkLater {
+	if l.checkDone == nil {
 		if err := quickCheck(ctx, l.conn); err != nil {
 			return err
 		}
@@ -190,7 +190,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	wdb.SetConnMaxLifetime(0)
 
 	l := &Ledger{wdb: wdb, faults: opts.Faults, onCommit: opts.OnCommit, warn: opts.Warn, actor: ledger.ActorOf(opts),
-		checkLater: opts.CheckInBackground != nil}
+		checkDone: opts.CheckInBackground}
 	l.idle = sync.NewCond(&l.mu)
 	fail := func(err error) (*Ledger, error) {
 		if l.conn != nil {
@@ -233,8 +233,8 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	if l.maxBatch <= 0 {
 		l.maxBatch = DefaultMaxBatch
 	}
-	if l.checkLater {
-		l.checkInBackground(opts.CheckInBackground)
+	if l.checkDone != nil {
+		l.checkInBackground()
 	}
 	return l, nil
 }
@@ -256,7 +256,7 @@ func quickCheck(ctx context.Context, c interface {
 // checkInBackground runs quickCheck on a read connection (its own
 // snapshot: the writes go on meanwhile) and tells done the result. A
 // damaged file fails every write from then on; Close stops the check.
-func (l *Ledger) checkInBackground(done func(time.Duration, error)) {
+func (l *Ledger) checkInBackground() {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.stopCheck, l.checkEnded = cancel, make(chan struct{})
 	go func() {
@@ -270,8 +270,18 @@ func (l *Ledger) checkInBackground(done func(time.Duration, error)) {
 			damaged := fmt.Errorf("%w: %v", ledger.ErrDamaged, err)
 			l.damaged.Store(&damaged)
 		}
-		done(time.Since(start), err)
+		l.checkDone(time.Since(start), err)
 	}()
+}
+
+// Damaged returns the damage the background check found (wrapping
+// ledger.ErrDamaged), or nil: the relay's readiness reports it, so that
+// a relay refusing every write is taken out of service and paged on.
+func (l *Ledger) Damaged() error {
+	if d := l.damaged.Load(); d != nil {
+		return *d
+	}
+	return nil
 }
 
 // translate adds what an operator should know to SQLite's terse errors.

@@ -76,8 +76,8 @@ func (l *Ledger) submit(ctx context.Context, o *op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if damaged := l.damaged.Load(); damaged != nil {
-		return *damaged
+	if err := l.Damaged(); err != nil {
+		return err
 	}
 	o.done = make(chan error, 1)
 	l.mu.Lock()
