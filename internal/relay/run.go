@@ -176,8 +176,14 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	// backup, a frozen relay) does not keep the relay from starting: it
 	// serves retransmissions from the rows (rule 14), and its sweeper tries
 	// again every sweep interval.
+	// A file the background check has already found damaged (a small
+	// one is checked in milliseconds) is served the same way as when the
+	// damage is found later: writes refused, known GUIDs answered, /readyz
+	// 503; which of the two comes first must not decide whether it starts.
 	if err := srv.SweepOrphans(context.Background()); errors.Is(err, ledger.ErrBusy) {
 		log.Warn("orphan sweep at start: the ledger is locked by another writer; starting anyway, the sweep runs again shortly", "error", err)
+	} else if errors.Is(err, ledger.ErrDamaged) {
+		log.Warn("orphan sweep at start: the ledger file is damaged; serving known GUIDs from it, refusing every write", "error", err)
 	} else if err != nil {
 		return fail("ledger %s: %v", backend.Describe(f.DB), err)
 	}
