@@ -317,3 +317,49 @@ func ActorOf(opts Options) string {
 	}
 	return opts.Actor
 }
+
+// ErrRefused is wrapped by a decision that the ledger refuses for what it
+// holds: the row's state, a closed or expired proposal, the same person.
+var ErrRefused = errors.New("refused")
+
+// ErrUsage is wrapped by a decision refused for what was given (a missing
+// reason, fields that do not fit the reply).
+var ErrUsage = errors.New("usage")
+
+// Proposed is what an operator proposes about one GUID (settle.md).
+type Proposed struct {
+	GUID, As, Reason string
+	// For "applied": the core's reference, the balance after the
+	// transfer, and when the core processed it (YYYYMMDDhhmmss).
+	CoreRef     string
+	Balance     *int64
+	ProcessedAt string
+}
+
+// SudoPerson is the person sudo authenticated on this host: the account
+// that ran "sudo -u dedup settle ...", by name and uid.
+type SudoPerson struct {
+	Name string
+	UID  int
+}
+
+// Decided is what a decision through a Desk did.
+type Decided struct {
+	Expired bool // the proposal was past its age: recorded as expired, the row unchanged
+	GUID    string
+	State   dedup.State
+	RspCode string
+}
+
+// Desk is implemented by a backend that keeps settle's four-eyes rule
+// inside the database (PostgreSQL: the SECURITY DEFINER functions of
+// schema_postgres.sql), so that it binds every client, psql included. The
+// person is the database's own: session_user, or, only when the session is
+// the schema's owner, sudo (nil otherwise). host labels the actor.
+// Refusals wrap ErrRefused or ErrUsage; nothing is written then but an
+// expiry.
+type Desk interface {
+	ProposeInLedger(ctx context.Context, p Proposed, host string, sudo *SudoPerson) (id int64, err error)
+	ApproveInLedger(ctx context.Context, id int64, reason, host string, sudo *SudoPerson) (Decided, error)
+	RejectInLedger(ctx context.Context, id int64, reason, host string, sudo *SudoPerson) error
+}

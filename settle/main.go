@@ -31,26 +31,23 @@ type proposeCmd struct {
 	CoreRef     string `name:"core-ref" help:"--as applied: the core's reference of the transfer."`
 	Balance     string `name:"balance" help:"--as applied: the balance after it, in won."`
 	ProcessedAt string `name:"processed-at" help:"--as applied: when the core processed it, YYYYMMDDhhmmss."`
-	Operator    string `name:"operator" help:"Your name on the record (default: your OS user)."`
 }
 
 type listCmd struct{}
 
 type approveCmd struct {
-	ID       int64  `arg:"" help:"The proposal's id (settle list)."`
-	Reason   string `name:"reason" help:"Why you approve (optional)."`
-	Operator string `name:"operator" help:"Your name on the record (default: your OS user); it must differ from the proposer's."`
+	ID     int64  `arg:"" help:"The proposal's id (settle list)."`
+	Reason string `name:"reason" help:"Why you approve (optional)."`
 }
 
 type rejectCmd struct {
-	ID       int64  `arg:"" help:"The proposal's id (settle list)."`
-	Reason   string `name:"reason" help:"Why you reject it. Required."`
-	Operator string `name:"operator" help:"Your name on the record (default: your OS user)."`
+	ID     int64  `arg:"" help:"The proposal's id (settle list)."`
+	Reason string `name:"reason" help:"Why you reject it. Required."`
 }
 
 type flags struct {
 	command.LedgerFlags
-	MetricsTextfile string     `name:"metrics-textfile" placeholder:"PATH" help:"At exit, write node_exporter textfile metrics to PATH (atomically)."`
+	MetricsTextfile string     `name:"metrics-textfile" placeholder:"PATH" help:"At exit, write node_exporter textfile metrics to PATH (atomically); its name must end in .prom."`
 	Propose         proposeCmd `cmd:"" help:"Propose a decision about one GUID (changes nothing but the record)."`
 	List            listCmd    `cmd:"" help:"List the open proposals."`
 	Approve         approveCmd `cmd:"" help:"Approve another person's proposal: the row changes, fenced."`
@@ -82,6 +79,12 @@ func main() {
 	log := f.Logger(os.Stderr)
 	f.WarnInsecure(log)
 	start := time.Now()
+	if f.MetricsTextfile != "" && !strings.HasSuffix(f.MetricsTextfile, ".prom") {
+		// Run through sudo as the ledger's owner, settle must not be a way
+		// to replace the owner's files (the ledger) with a textfile.
+		fmt.Fprintf(os.Stderr, "settle: usage error: --metrics-textfile %s: the name must end in .prom\n", f.MetricsTextfile)
+		os.Exit(cli.ExitUsage)
+	}
 	status, counts := run(kctx.Command(), &f, log)
 	if f.MetricsTextfile != "" {
 		if err := metrics.WriteJobTextfile(f.MetricsTextfile, "settle", start, time.Since(start), status == cli.ExitOK, counts); err != nil {
@@ -108,6 +111,30 @@ func run(command string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 	if command == "reject <id>" && f.Reject.Reason == "" {
 		return fail(fmt.Errorf("%w: --reason is required", settlement.ErrUsage)), nil
 	}
+	// Who decides, before anything is opened: on a SQLite ledger the
+	// person sudo authenticated, or nothing is decided. settle never
+	// creates a ledger (run through sudo, it must not make files as the
+	// owner where an operator says).
+	decides := command != "list"
+	var who settlement.Person
+	if !backend.IsPostgresURL(f.DB) {
+		if _, err := os.Stat(f.DB); err != nil {
+			return fail(fmt.Errorf("ledger %s: %w", f.DB, err)), nil
+		}
+		if decides {
+			var err error
+			if who, err = settlement.OnHost(f.DB, settlement.SudoOf()); err != nil {
+				return fail(err), refusedCount(command)
+			}
+		}
+	} else if decides {
+		// PostgreSQL decides who the person is (session_user), and takes
+		// sudo's word only from a session of the schema's owner.
+		var err error
+		if who, err = settlement.FromSudo(settlement.SudoOf()); err != nil {
+			who = settlement.Person{Host: settlement.Hostname()}
+		}
+	}
 	l, err := backend.Open(f.DB, ledger.Options{Warn: log.Warn, Actor: ledger.Actor("settle")})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "settle: error: %v\n", err)
@@ -115,14 +142,14 @@ func run(command string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 	}
 	defer l.Close()
 	ctx := context.Background()
+	desk := settlement.DeskFor(l)
 	switch command {
 	case "propose <guid>":
-		who := settlement.Me(f.Propose.Operator)
-		id, err := settlement.Propose(ctx, l, p, who)
+		id, err := desk.Propose(ctx, p, who)
 		if err != nil {
 			return fail(err), nil
 		}
-		log.Info("settle: proposed", "id", id, "guid", p.GUID, "as", p.As, "by", who.Actor(), "reason", p.Reason)
+		log.Info("settle: proposed", "id", id, "guid", p.GUID, "as", p.As, "by", by(who), "reason", p.Reason)
 		fmt.Printf("settle: proposed id=%d guid=%s as=%s\n", id, p.GUID, p.As)
 		return cli.ExitOK, []metrics.JobCount{{Outcome: "proposed", Rows: 1}}
 	case "list":
@@ -135,24 +162,40 @@ func run(command string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 		}
 		return cli.ExitOK, []metrics.JobCount{{Outcome: "open", Rows: int64(len(open))}}
 	case "approve <id>":
-		who := settlement.Me(f.Approve.Operator)
-		a, err := settlement.Approve(ctx, l, f.Approve.ID, who, f.Approve.Reason)
+		a, err := desk.Approve(ctx, f.Approve.ID, who, f.Approve.Reason)
 		if err != nil {
 			return fail(err), []metrics.JobCount{{Outcome: "refused", Rows: 1}}
 		}
-		log.Info("settle: approved", "id", a.ID, "guid", a.GUID, "state", a.Row.State, "code", a.Row.RspCode, "by", who.Actor())
+		log.Info("settle: approved", "id", a.ID, "guid", a.GUID, "state", a.Row.State, "code", a.Row.RspCode, "by", by(who))
 		fmt.Printf("settle: approved id=%d guid=%s state=%s code=%s\n", a.ID, a.GUID, a.Row.State, a.Row.RspCode)
 		return cli.ExitOK, []metrics.JobCount{{Outcome: "approved", Rows: 1}}
 	case "reject <id>":
-		who := settlement.Me(f.Reject.Operator)
-		if err := settlement.Reject(ctx, l, f.Reject.ID, who, f.Reject.Reason); err != nil {
+		if err := desk.Reject(ctx, f.Reject.ID, who, f.Reject.Reason); err != nil {
 			return fail(err), []metrics.JobCount{{Outcome: "refused", Rows: 1}}
 		}
-		log.Info("settle: rejected", "id", f.Reject.ID, "by", who.Actor(), "reason", f.Reject.Reason)
+		log.Info("settle: rejected", "id", f.Reject.ID, "by", by(who), "reason", f.Reject.Reason)
 		fmt.Printf("settle: rejected id=%d\n", f.Reject.ID)
 		return cli.ExitOK, []metrics.JobCount{{Outcome: "rejected", Rows: 1}}
 	}
 	return fail(fmt.Errorf("%w: unknown command %q", settlement.ErrUsage, command)), nil
+}
+
+// by names who in the log line: the authenticated actor, or, on
+// PostgreSQL without sudo, the database's session role (its events say
+// which).
+func by(who settlement.Person) string {
+	if who.Auth == "" {
+		return "the database's session role"
+	}
+	return who.Actor()
+}
+
+// refusedCount is the textfile's count of a refused decision.
+func refusedCount(command string) []metrics.JobCount {
+	if command == "propose <guid>" {
+		return nil
+	}
+	return []metrics.JobCount{{Outcome: "refused", Rows: 1}}
 }
 
 // fail prints err as one line and returns its exit status: 2 for what the

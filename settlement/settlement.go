@@ -3,7 +3,12 @@
 // proposal by one operator, an approval or a rejection by another (four
 // eyes), each an event in tx_event, and the approval one fenced change of
 // the row in the same transaction as its event. Nothing here touches a row
-// by SQL of its own: every change goes through ledger.Ledger.Decide.
+// by SQL of its own: every change goes through ledger.Ledger.Decide, or,
+// on PostgreSQL, the database's own settle functions (Desk).
+//
+// Who decides is a Person established by an authentication that person
+// cannot forge alone (sudo on the host, the database's role, the console's
+// client certificate), never a typed name (person.go).
 package settlement
 
 import (
@@ -11,8 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/user"
 	"time"
 
 	"dedup"
@@ -39,45 +42,12 @@ const (
 const MaxAge = 24 * time.Hour
 
 // ErrUsage is wrapped by errors in what the operator gave (exit 2).
-var ErrUsage = errors.New("usage")
+var ErrUsage = ledger.ErrUsage
 
 // ErrRefused is wrapped by a decision refused for what the ledger holds
-// (exit 1): the row's state, a closed or expired proposal, the same person.
-var ErrRefused = errors.New("refused")
-
-// Person is who runs settle: the --operator name (default: the OS user)
-// and the operating-system user (under sudo, SUDO_USER).
-type Person struct {
-	Operator, OSUser, Host string
-}
-
-// Me returns the person running this process, named operator ("" for the
-// OS user).
-func Me(operator string) Person {
-	osUser := os.Getenv("SUDO_USER")
-	if osUser == "" {
-		if u, err := user.Current(); err == nil {
-			osUser = u.Username
-		} else {
-			osUser = fmt.Sprint(os.Getuid())
-		}
-	}
-	if operator == "" {
-		operator = osUser
-	}
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	return Person{Operator: operator, OSUser: osUser, Host: host}
-}
-
-// Actor is the person as events name them: settle:NAME(osuser)@HOST.
-func (p Person) Actor() string { return fmt.Sprintf("settle:%s(%s)@%s", p.Operator, p.OSUser, p.Host) }
-
-// differs reports whether p and q are two people: both their operator
-// names and their OS users differ.
-func (p Person) differs(q Person) bool { return p.Operator != q.Operator && p.OSUser != q.OSUser }
+// (exit 1): the row's state, a closed or expired proposal, the same person,
+// a person that could not be authenticated.
+var ErrRefused = ledger.ErrRefused
 
 // Proposal is what an operator proposes about one GUID.
 type Proposal struct {
@@ -125,16 +95,19 @@ func (p Proposal) Check() error {
 }
 
 // proposed is a proposal as its event's detail keeps it: what was
-// proposed, by whom, why, and the row it was proposed on (its fence).
+// proposed, by whom, why, and the row it was proposed on (its fence). The
+// same shape as dedup_settle_propose writes on PostgreSQL.
 type proposed struct {
-	As           string `json:"as"`
-	Reason       string `json:"reason"`
-	CoreRef      string `json:"core_ref,omitempty"`
-	Balance      *int64 `json:"balance,omitempty"`
-	ProcessedAt  string `json:"processed_at,omitempty"`
-	Operator     string `json:"operator"`
-	OSUser       string `json:"os_user"`
-	RowUpdatedAt string `json:"row_updated_at"`
+	As           string  `json:"as"`
+	Reason       string  `json:"reason"`
+	CoreRef      string  `json:"core_ref,omitempty"`
+	Balance      *int64  `json:"balance,omitempty"`
+	ProcessedAt  string  `json:"processed_at,omitempty"`
+	Person       *Person `json:"person,omitempty"`
+	RowUpdatedAt string  `json:"row_updated_at"`
+	// Operator names the proposer of a proposal recorded before persons
+	// were authenticated (typed text): shown by List, never approved.
+	Operator string `json:"operator,omitempty"`
 }
 
 // decided is a decision's event detail. Proposal comes first: a decided
@@ -142,8 +115,7 @@ type proposed struct {
 type decided struct {
 	Proposal int64  `json:"proposal"`
 	Reason   string `json:"reason,omitempty"`
-	Operator string `json:"operator"`
-	OSUser   string `json:"os_user"`
+	Person   Person `json:"person"`
 }
 
 // target is the row a decision leads to, from the row it is taken on.
@@ -179,7 +151,11 @@ func target(as string, row *ledger.Row, p proposed) (ledger.Outcome, error) {
 
 // Propose records p by who as a proposal (an event; the row does not
 // change) and returns its id.
-func Propose(ctx context.Context, l ledger.Ledger, p Proposal, who Person) (int64, error) {
+func (d goDesk) Propose(ctx context.Context, p Proposal, who Person) (int64, error) {
+	l := d.l
+	if err := who.authenticated(); err != nil {
+		return 0, err
+	}
 	if err := p.Check(); err != nil {
 		return 0, err
 	}
@@ -190,11 +166,11 @@ func Propose(ctx context.Context, l ledger.Ledger, p Proposal, who Person) (int6
 	if row == nil {
 		return 0, fmt.Errorf("%w: GUID %s has no row in the ledger", ErrUsage, p.GUID)
 	}
-	d := proposed{As: p.As, Reason: p.Reason, CoreRef: p.CoreRef, Balance: p.Balance, ProcessedAt: p.ProcessedAt,
-		Operator: who.Operator, OSUser: who.OSUser, RowUpdatedAt: row.UpdatedAt}
-	detail, _ := json.Marshal(d)
+	pr := proposed{As: p.As, Reason: p.Reason, CoreRef: p.CoreRef, Balance: p.Balance, ProcessedAt: p.ProcessedAt,
+		Person: &who, RowUpdatedAt: row.UpdatedAt}
+	detail, _ := json.Marshal(pr)
 	attempts := row.Attempts
-	if _, err := target(p.As, row, d); err != nil {
+	if _, err := target(p.As, row, pr); err != nil {
 		return 0, err
 	}
 	// A proposal changes nothing: its event's to_state is NULL, and what
@@ -208,7 +184,7 @@ type Open struct {
 	ID     int64
 	GUID   string
 	As     string
-	By     string // the proposer's operator name
+	By     string // the proposer's name (an account, a role, a certificate)
 	Age    time.Duration
 	Reason string
 }
@@ -223,7 +199,11 @@ func List(ctx context.Context, l ledger.Ledger) ([]Open, error) {
 	for _, e := range evs {
 		var d proposed
 		json.Unmarshal([]byte(e.Detail), &d)
-		out = append(out, Open{ID: e.ID, GUID: e.GUID, As: d.As, By: d.Operator, Age: e.Age, Reason: d.Reason})
+		by := d.Operator + "(unauthenticated)"
+		if d.Person != nil {
+			by = d.Person.Name
+		}
+		out = append(out, Open{ID: e.ID, GUID: e.GUID, As: d.As, By: by, Age: e.Age, Reason: d.Reason})
 	}
 	return out, nil
 }
@@ -248,23 +228,50 @@ func proposalOf(ctx context.Context, l ledger.Ledger, id int64) (*ledger.Event, 
 	if err := json.Unmarshal([]byte(e.Detail), &d); err != nil {
 		return nil, d, fmt.Errorf("%w: proposal %d is unreadable: %v", ErrRefused, id, err)
 	}
+	if d.Person == nil {
+		return nil, d, fmt.Errorf("%w: proposal %d names no authenticated person (it was recorded by an older settle): propose again", ErrRefused, id)
+	}
 	return e, d, nil
+}
+
+// isOpen reports whether proposal id has no decision yet.
+func isOpen(ctx context.Context, l ledger.Ledger, id int64) (bool, error) {
+	evs, err := l.OpenProposals(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range evs {
+		if e.ID == id {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// notProposer refuses who's decision of proposal id by its own proposer.
+func notProposer(id int64, p proposed, who Person, what string) error {
+	if p.Person.Same(who) {
+		return fmt.Errorf("%w: proposal %d was made by %s: it needs another person's %s", ErrRefused, id, p.Person.Actor(), what)
+	}
+	return nil
 }
 
 // Approve applies proposal id on behalf of who, a person other than its
 // proposer: one fenced change of the row, with its event, if the proposal
 // is open and younger than MaxAge and the row is exactly as proposed.
-func Approve(ctx context.Context, l ledger.Ledger, id int64, who Person, reason string) (Approved, error) {
+func (d goDesk) Approve(ctx context.Context, id int64, who Person, reason string) (Approved, error) {
+	l := d.l
+	if err := who.authenticated(); err != nil {
+		return Approved{}, err
+	}
 	e, p, err := proposalOf(ctx, l, id)
 	if err != nil {
 		return Approved{}, err
 	}
-	by := Person{Operator: p.Operator, OSUser: p.OSUser}
-	if !who.differs(by) {
-		return Approved{}, fmt.Errorf("%w: proposal %d was made by %s (OS user %s): it needs another person's approval (both the --operator name and the OS user must differ)",
-			ErrRefused, id, p.Operator, p.OSUser)
+	if err := notProposer(id, p, who, "approval"); err != nil {
+		return Approved{}, err
 	}
-	detail, _ := json.Marshal(decided{Proposal: id, Reason: reason, Operator: who.Operator, OSUser: who.OSUser})
+	detail, _ := json.Marshal(decided{Proposal: id, Reason: reason, Person: who})
 	ev := ledger.Event{GUID: e.GUID, Actor: who.Actor(), FromState: e.FromState, Attempts: e.Attempts, Detail: string(detail)}
 	if e.Age > MaxAge {
 		ev.Action = ledger.ActionExpire
@@ -283,6 +290,10 @@ func Approve(ctx context.Context, l ledger.Ledger, id int64, who Person, reason 
 		return Approved{}, err
 	}
 	if row == nil || row.State != from.State || row.Attempts != from.Attempts || row.UpdatedAt != from.UpdatedAt {
+		// A decided proposal's row has usually changed: say which it is.
+		if open, err := isOpen(ctx, l, id); err == nil && !open {
+			return Approved{}, fmt.Errorf("%w: proposal %d is already decided (approved, rejected or expired)", ErrRefused, id)
+		}
 		return Approved{}, fmt.Errorf("%w: %s changed since proposal %d (it was %s attempts=%d, updated %s): nothing changed; look again and propose anew",
 			ErrRefused, e.GUID, id, from.State, from.Attempts, from.UpdatedAt)
 	}
@@ -304,18 +315,22 @@ func Approve(ctx context.Context, l ledger.Ledger, id int64, who Person, reason 
 
 // Reject closes proposal id without changing the row; who must not be its
 // proposer either.
-func Reject(ctx context.Context, l ledger.Ledger, id int64, who Person, reason string) error {
+func (d goDesk) Reject(ctx context.Context, id int64, who Person, reason string) error {
+	l := d.l
 	if reason == "" {
 		return fmt.Errorf("%w: --reason is required", ErrUsage)
+	}
+	if err := who.authenticated(); err != nil {
+		return err
 	}
 	e, p, err := proposalOf(ctx, l, id)
 	if err != nil {
 		return err
 	}
-	if !who.differs(Person{Operator: p.Operator, OSUser: p.OSUser}) {
-		return fmt.Errorf("%w: proposal %d was made by %s: another person rejects it (its proposer simply lets it expire)", ErrRefused, id, p.Operator)
+	if err := notProposer(id, p, who, "rejection (its proposer lets it expire)"); err != nil {
+		return err
 	}
-	detail, _ := json.Marshal(decided{Proposal: id, Reason: reason, Operator: who.Operator, OSUser: who.OSUser})
+	detail, _ := json.Marshal(decided{Proposal: id, Reason: reason, Person: who})
 	err = l.Decide(ctx, ledger.Decision{Proposal: id, Event: ledger.Event{GUID: e.GUID, Actor: who.Actor(), Action: ledger.ActionReject,
 		FromState: e.FromState, Attempts: e.Attempts, Detail: string(detail)}})
 	if errors.Is(err, ledger.ErrProposalClosed) {

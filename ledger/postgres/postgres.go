@@ -20,6 +20,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -90,7 +92,7 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 	if sync != "" && sync != "full" && sync != "normal" {
 		return nil, fmt.Errorf("synchronous %q: want full or normal", opts.Synchronous)
 	}
-	if err := checkPassfile(dsn); err != nil {
+	if err := checkPassfile(dsn, opts.Warn); err != nil {
 		return nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
@@ -139,7 +141,23 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 	return l, nil
 }
 
-// prepare applies the schema. The first connection also proves that the
+// SchemaVersion names dedup.SchemaPostgres: the first 12 hexadecimal
+// digits of its SHA-256. The owner's prepare records it as the comment of
+// dedup_settle_approve; another role's prepare requires it there, so that
+// an operator's settle never runs against functions of another version.
+var SchemaVersion = func() string {
+	sum := sha256.Sum256([]byte(dedup.SchemaPostgres))
+	return hex.EncodeToString(sum[:6])
+}()
+
+// approveFunction is dedup_settle_approve's signature, as the catalog
+// names it.
+const approveFunction = "public.dedup_settle_approve(bigint,text,text,text,integer)"
+
+// prepare applies the schema if this session's role owns it (or may create
+// it), and otherwise checks that it is there and current and applies
+// nothing: an operator's role may read and call the settle functions, not
+// run DDL (docs/security.md). The first connection also proves that the
 // database is reachable and its sessions durable (durableSession).
 func (l *Ledger) prepare(ctx context.Context) error {
 	c, err := l.pool.Acquire(ctx)
@@ -147,6 +165,16 @@ func (l *Ledger) prepare(ctx context.Context) error {
 		return fmt.Errorf("cannot reach the database: %w", err)
 	}
 	defer c.Release()
+	var exists, owner bool
+	var role string
+	if err := c.QueryRow(ctx, `SELECT to_regclass('public.tx') IS NOT NULL,
+COALESCE((SELECT pg_has_role(current_user, relowner, 'MEMBER') FROM pg_class WHERE oid = to_regclass('public.tx')), true),
+current_user::text`).Scan(&exists, &owner, &role); err != nil {
+		return fmt.Errorf("read the schema's owner: %w", err)
+	}
+	if exists && !owner {
+		return checkSchema(ctx, c, role)
+	}
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("apply schema: %w", err)
@@ -156,10 +184,37 @@ func (l *Ledger) prepare(ctx context.Context) error {
 		return fmt.Errorf("apply schema: %w", err)
 	}
 	if _, err := tx.Exec(ctx, dedup.SchemaPostgres); err != nil {
+		var pe *pgconn.PgError
+		if !exists && errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
+			return fmt.Errorf("the database has no dedup schema yet, and role %s may not create it: start a dedup binary once as the schema's owner: %w", role, err)
+		}
+		return fmt.Errorf("apply schema: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "COMMENT ON FUNCTION "+approveFunction+" IS 'dedup schema "+SchemaVersion+"'"); err != nil {
 		return fmt.Errorf("apply schema: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("apply schema: %w", err)
+	}
+	return nil
+}
+
+// checkSchema is prepare for a role that does not own the schema: the
+// tables and the settle functions must be there, in this binary's version.
+func checkSchema(ctx context.Context, c *pgxpool.Conn, role string) error {
+	var events bool
+	var version *string
+	if err := c.QueryRow(ctx, `SELECT to_regclass('public.tx_event') IS NOT NULL,
+obj_description(to_regprocedure('`+approveFunction+`'), 'pg_proc')`).Scan(&events, &version); err != nil {
+		return fmt.Errorf("check the schema: %w", err)
+	}
+	want := "dedup schema " + SchemaVersion
+	if !events || version == nil || *version != want {
+		have := "none"
+		if version != nil {
+			have = strings.TrimPrefix(*version, "dedup schema ")
+		}
+		return fmt.Errorf("the ledger's schema is not current (version %s, this binary's is %s) and role %s does not own it: start a dedup binary of this version once as the schema's owner, which applies it", have, SchemaVersion, role)
 	}
 	return nil
 }

@@ -162,7 +162,13 @@ func isLocal(host string) bool {
 // checkPassfile refuses a password file that group or others may read, as
 // libpq would silently ignore it (and a secret in it is no secret): the
 // URL's passfile=, else PGPASSFILE, else ~/.pgpass if it exists.
-func checkPassfile(dsn string) error {
+//
+// A default ~/.pgpass that cannot be read (a binary run through sudo as
+// another account, whose HOME is not its own) is only a warning: the
+// password may come another way (the URL, PGPASSWORD), and pgx itself
+// skips a file it cannot read. A passfile named by the URL or PGPASSFILE
+// that cannot be read is an error: it was asked for.
+func checkPassfile(dsn string, warn func(string, ...any)) error {
 	path := ""
 	if u, err := url.Parse(dsn); err == nil {
 		path = u.Query().Get("passfile")
@@ -182,6 +188,12 @@ func checkPassfile(dsn string) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		if !explicit && errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !explicit {
+			if warn != nil {
+				warn("the default password file cannot be read; connecting without it", "passfile", path, "err", err)
+			}
 			return nil
 		}
 		return fmt.Errorf("passfile %s: %w", path, err)
