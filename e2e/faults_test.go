@@ -277,7 +277,12 @@ type runResult struct {
 func (c *campaign) run() runResult {
 	t := c.t
 	c.hist = history{start: time.Now(), events: map[string][]event{}, memo: map[string]string{}}
-	c.db = filepath.Join(c.dir, "relay.db")
+	// The ledger in a directory of its own: settle's operators reach it
+	// through sudo as its owner (ownLedger).
+	c.db = filepath.Join(c.dir, "ledger", "relay.db")
+	if err := os.MkdirAll(filepath.Dir(c.db), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	switch *fLedger {
 	case "postgres":
 		pg, err := pgtest.Start(pgtest.Options{})
@@ -990,7 +995,7 @@ func (c *campaign) settleAction() {
 	if err != nil {
 		return // nothing in doubt now, or the database is down
 	}
-	args := []string{"propose", g, "--operator", "kim", "--reason", "campaign: the core's own record"}
+	args := []string{"propose", g, "--reason", "campaign: the core's own record"}
 	switch {
 	case state == "FAILED":
 		args = append(args, "--as", "abandoned")
@@ -1003,7 +1008,7 @@ func (c *campaign) settleAction() {
 	default:
 		args = append(args, "--as", "not-applied")
 	}
-	out, code := c.settleRun("kim", args...)
+	out, code := c.settleRun(kim, args...)
 	if code != 0 {
 		c.n.settleRefused.Add(1)
 		c.logf("settle %s: exit %d: %s", g, code, out)
@@ -1015,7 +1020,7 @@ func (c *campaign) settleAction() {
 		c.t.Errorf("seed %d: settle propose printed %q", c.seed, out)
 		return
 	}
-	out, code = c.settleRun("lee", "approve", m[1], "--operator", "lee")
+	out, code = c.settleRun(lee, "approve", m[1])
 	if code == 0 {
 		c.n.settleApproved.Add(1)
 	} else {
@@ -1024,11 +1029,15 @@ func (c *campaign) settleAction() {
 	c.logf("settle %s (%s): %s: exit %d %s", g, state, args[len(args)-1], code, strings.TrimSpace(out))
 }
 
-// settleRun runs settle as OS user who and returns its output and exit
-// status; a usage error (exit 2) is a bug of the campaign or of settle.
+// settleRun runs settle as operator who (their own account, through sudo
+// as the ledger's owner, as the runbook says) and returns its output and
+// exit status; a usage error (exit 2) is a bug of the campaign or of
+// settle.
 func (c *campaign) settleRun(who string, args ...string) (string, int) {
-	cmd := exec.Command(bin("settle"), append(append([]string{"--db", c.db}, c.dbFlags...), args...)...)
-	cmd.Env = append(os.Environ(), "SUDO_USER="+who)
+	ownLedger(c.t, c.db)
+	argv := append(append([]string{bin("settle"), "--db", c.db}, c.dbFlags...), args...)
+	cmd := exec.Command("runuser", append([]string{"-u", who, "--", "sudo", "-S", "-p", "", "-u", ledgerOwner}, argv...)...)
+	cmd.Stdin = strings.NewReader("pw-" + who + "\n")
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if err != nil {

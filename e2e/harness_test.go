@@ -72,7 +72,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	// The operators' accounts run settle and inspect from here.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := pgtest.Main(m)
+	removeOperators()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -3,7 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"os"
+	"os/user"
 	"regexp"
 	"strings"
 	"sync"
@@ -17,22 +17,12 @@ import (
 	"dedup/lhstd"
 )
 
-// settleAs runs settle as OS user osUser (through SUDO_USER, as sudo sets
-// it) with args.
-func settleAs(t *testing.T, db, osUser string, args ...string) *icmd.Result {
-	t.Helper()
-	cmd := icmd.Command(bin("settle"), append([]string{"--db", db}, args...)...)
-	res := icmd.RunCmd(cmd, icmd.WithTimeout(60*time.Second), icmd.WithEnv(append(os.Environ(), "SUDO_USER="+osUser)...))
-	t.Logf("settle (as %s) %v: exit %d\nstdout: %s\nstderr: %s", osUser, args, res.ExitCode, res.Stdout(), res.Stderr())
-	return res
-}
-
 var proposedRE = regexp.MustCompile(`^settle: proposed id=(\d+) guid=(\w+) as=([a-z-]+)$`)
 
 // propose runs settle propose as kim and returns the proposal's id.
 func propose(t *testing.T, db, guid string, args ...string) string {
 	t.Helper()
-	res := settleAs(t, db, "kim", append([]string{"propose", guid, "--operator", "kim"}, args...)...)
+	res := settleAs(t, db, kim, append([]string{"propose", guid}, args...)...)
 	res.Assert(t, icmd.Success)
 	m := proposedRE.FindStringSubmatch(lastLine(res.Stdout()))
 	assert.Assert(t, m != nil, "unexpected last line %q", lastLine(res.Stdout()))
@@ -67,14 +57,14 @@ func TestSettleDecisionsGiveTheirRowAndReply(t *testing.T) {
 	idN := propose(t, path, gN, "--as", "not-applied", "--reason", "core team: never received (INC-4712)")
 	idX := propose(t, path, gX, "--as", "abandoned", "--reason", "customer cancelled; channel informed")
 	assert.DeepEqual(t, rowsSnapshot(t, db), before) // a proposal changes nothing but the events
-	list := settleAs(t, path, "lee", "list")
+	list := settleAs(t, path, lee, "list")
 	list.Assert(t, icmd.Success)
 	assert.Check(t, is.Equal(strings.Count(list.Stdout(), "\n"), 3), list.Stdout())
-	assert.Check(t, strings.Contains(list.Stdout(), "id="+idA+" guid="+gA+" as=applied by=kim age="), list.Stdout())
+	assert.Check(t, strings.Contains(list.Stdout(), "id="+idA+" guid="+gA+" as=applied by="+kim+" age="), list.Stdout())
 	assert.Check(t, strings.Contains(list.Stdout(), `reason="core team ticket INC-4711"`), list.Stdout())
 
 	for _, id := range []string{idA, idN, idX} {
-		settleAs(t, path, "lee", "approve", id, "--operator", "lee").Assert(t, icmd.Success)
+		settleAs(t, path, lee, "approve", id).Assert(t, icmd.Success)
 	}
 	body, err := lhstd.TransferResponseBody("C000000000000042", 99850000, "20261129093001")
 	assert.NilError(t, err)
@@ -107,8 +97,8 @@ func TestSettleDecisionsGiveTheirRowAndReply(t *testing.T) {
 	// inspect tells each story with its events; --events lists the period.
 	ins := icmd.RunCmd(icmd.Command(bin("inspect"), "--db", path, gA))
 	ins.Assert(t, icmd.Success)
-	assert.Check(t, strings.Contains(ins.Stdout(), "propose by settle:kim(kim)@"), ins.Stdout())
-	assert.Check(t, strings.Contains(ins.Stdout(), "approve by settle:lee(lee)@"), ins.Stdout())
+	assert.Check(t, strings.Contains(ins.Stdout(), "propose by settle:"+kim+"(sudo uid "+uidOf(t, kim)+")@"), ins.Stdout())
+	assert.Check(t, strings.Contains(ins.Stdout(), "approve by settle:"+lee+"(sudo uid "+uidOf(t, lee)+")@"), ins.Stdout())
 	since := time.Now().UTC().Add(-time.Hour).Format("2006-01-02T15:04:05")
 	csv := icmd.RunCmd(icmd.Command(bin("inspect"), "--db", path, "--events", "--since", since, "--format", "csv"))
 	csv.Assert(t, icmd.Success)
@@ -125,27 +115,59 @@ func TestSettleDecisionsGiveTheirRowAndReply(t *testing.T) {
 	assert.Check(t, is.DeepEqual(actions, map[string]int{"propose": 3, "approve": 3, "reclaim": 1, "outcome": 1}))
 }
 
-// Four eyes: the proposer cannot approve, under its own name or under
-// another name with the same OS user; nor can another name with the same
-// OS user. The row is untouched until a second person approves.
+// Four eyes that one person cannot forge: the proposer's approval is
+// refused through sudo, with another name in her environment
+// (SUDO_USER, SUDO_UID) and with --operator; the same commands run as the
+// ledger's owner or as root, with or without those variables, refuse to
+// decide; the row is untouched until a second account approves.
 func TestSettleNeedsASecondPerson(t *testing.T) {
 	t.Parallel()
 	path, db := newLedger(t)
 	g := newGUID()
 	insert(t, db, g, "UNKNOWN", "E901", telegram(t, g), nil, 1, "-600 seconds")
 	id := propose(t, path, g, "--as", "not-applied", "--reason", "INC-1")
-	for _, who := range []struct{ osUser, operator string }{{"kim", "kim"}, {"kim", "lee"}, {"lee", "kim"}} {
-		res := settleAs(t, path, who.osUser, "approve", id, "--operator", who.operator)
-		assert.Check(t, is.Equal(res.ExitCode, 1), "%+v was allowed to approve kim's proposal", who)
-		assert.Check(t, strings.Contains(res.Stderr(), "needs another person's approval"), res.Stderr())
+	forged := []string{"SUDO_USER=" + lee, "SUDO_UID=" + uidOf(t, lee)}
+	for _, tc := range []struct {
+		name string
+		who  string
+		env  []string
+		want string
+	}{
+		{"the proposer through sudo", kim, nil, "needs another person's"},
+		{"the proposer through sudo, SUDO_USER and SUDO_UID of another", kim, forged, "needs another person's"},
+		{"the owner directly", ledgerOwner, nil, "sudo -u " + ledgerOwner + " settle"},
+		{"the owner directly, SUDO_USER and SUDO_UID of another", ledgerOwner, forged, "sudo -u " + ledgerOwner + " settle"},
+		{"root directly", "", nil, "sudo -u " + ledgerOwner + " settle"},
+		{"root directly, SUDO_USER and SUDO_UID of another", "", forged, "sudo -u " + ledgerOwner + " settle"},
+	} {
+		for _, cmd := range []string{"approve", "reject"} {
+			args := []string{cmd, id, "--reason", "forged"}
+			res := settleCmd(t, path, tc.who, tc.env, args...)
+			assert.Check(t, is.Equal(res.ExitCode, 1), "%s: %s was not refused", tc.name, cmd)
+			assert.Check(t, strings.Contains(res.Stderr(), tc.want), "%s: %s", tc.name, res.Stderr())
+			assert.Check(t, is.Equal(strings.Count(res.Stderr(), "settle: "), 1), "not one line: %s", res.Stderr())
+		}
 	}
+	res := settleAs(t, path, kim, "approve", id, "--operator", lee)
+	assert.Check(t, is.Equal(res.ExitCode, 2), "--operator is not a flag any more")
 	assert.Equal(t, getRow(t, db, g).State.String, "UNKNOWN")
 	assert.Equal(t, eventCount(t, db, g), 1)
-	settleAs(t, path, "lee", "reject", id, "--operator", "lee", "--reason", "the core team has not confirmed yet").Assert(t, icmd.Success)
-	res := settleAs(t, path, "ann", "approve", id, "--operator", "ann")
+	settleAs(t, path, lee, "reject", id, "--reason", "the core team has not confirmed yet").Assert(t, icmd.Success)
+	res = settleAs(t, path, "e2eann", "approve", id)
 	assert.Check(t, is.Equal(res.ExitCode, 1))
 	assert.Check(t, strings.Contains(res.Stderr(), "already decided"), res.Stderr())
 	assert.Equal(t, getRow(t, db, g).State.String, "UNKNOWN")
+	// settle list and inspect stay the owner's to use directly.
+	settleAs(t, path, ledgerOwner, "list").Assert(t, icmd.Success)
+}
+
+// uidOf is an account's uid as text.
+func uidOf(t *testing.T, name string) string {
+	t.Helper()
+	operators(t)
+	u, err := user.Lookup(name)
+	assert.NilError(t, err)
+	return u.Uid
 }
 
 // An approval after the row changed (a retransmission reclaimed it,
@@ -168,7 +190,7 @@ func TestSettleApprovalIsFencedAndExpires(t *testing.T) {
 	runJob(t, "resolve", "--db", path, "--core", c.url, "--min-age", "0").Assert(t, icmd.Success)
 	for g, id := range map[string]string{gF: idF, gU: idU} {
 		before := rowsSnapshot(t, db)[g]
-		res := settleAs(t, path, "lee", "approve", id, "--operator", "lee")
+		res := settleAs(t, path, lee, "approve", id)
 		assert.Check(t, is.Equal(res.ExitCode, 1), g)
 		assert.Check(t, strings.Contains(res.Stderr(), "changed since proposal"), res.Stderr())
 		assert.Check(t, is.DeepEqual(rowsSnapshot(t, db)[g], before))
@@ -178,7 +200,7 @@ func TestSettleApprovalIsFencedAndExpires(t *testing.T) {
 	idOld := propose(t, path, gOld, "--as", "not-applied", "--reason", "INC-3")
 	_, err := db.Exec("UPDATE tx_event SET at = datetime('now', '-25 hours') WHERE guid=?", gOld)
 	assert.NilError(t, err)
-	res := settleAs(t, path, "lee", "approve", idOld, "--operator", "lee")
+	res := settleAs(t, path, lee, "approve", idOld)
 	assert.Check(t, is.Equal(res.ExitCode, 1))
 	assert.Check(t, strings.Contains(res.Stderr(), "expired"), res.Stderr())
 	assert.Equal(t, getRow(t, db, gOld).State.String, "UNKNOWN")
@@ -200,7 +222,7 @@ func TestSettleRefusalsUsageAndRacingApprovals(t *testing.T) {
 	insert(t, db, gU, "UNKNOWN", "E901", telegram(t, gU), nil, 1, "-600 seconds")
 	for _, g := range []string{gS, gR, gD} {
 		for _, as := range []string{"not-applied", "abandoned"} {
-			res := settleAs(t, path, "kim", "propose", g, "--as", as, "--reason", "x")
+			res := settleAs(t, path, kim, "propose", g, "--as", as, "--reason", "x")
 			assert.Check(t, is.Equal(res.ExitCode, 1), "%s --as %s", g, as)
 			assert.Check(t, strings.Contains(res.Stderr(), "settle: refused: "), res.Stderr())
 		}
@@ -218,7 +240,7 @@ func TestSettleRefusalsUsageAndRacingApprovals(t *testing.T) {
 		{[]string{"propose", gU, "--as", "maybe", "--reason", "x"}, "--as"},
 		{[]string{"reject", "1"}, "--reason"},
 	} {
-		res := settleAs(t, path, "kim", tc.args...)
+		res := settleAs(t, path, kim, tc.args...)
 		assert.Check(t, is.Equal(res.ExitCode, 2), "%v", tc.args)
 		assert.Check(t, strings.Contains(res.Stderr(), tc.want), "%v: %s", tc.args, res.Stderr())
 		assert.Check(t, is.Equal(strings.Count(res.Stderr(), "settle: "), 1), "not one line: %s", res.Stderr())
@@ -232,8 +254,7 @@ func TestSettleRefusalsUsageAndRacingApprovals(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			who := fmt.Sprintf("op%d", i)
-			codes[i] = settleAs(t, path, who, "approve", id, "--operator", who).ExitCode
+			codes[i] = settleAs(t, path, fmt.Sprintf("e2eop%d", i), "approve", id).ExitCode
 		}()
 	}
 	wg.Wait()

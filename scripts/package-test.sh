@@ -19,6 +19,7 @@ core_pid=""
 cleanup() {
   [ -n "$core_pid" ] && kill "$core_pid" 2>/dev/null || true
   dpkg -P dedup dedup-tools >/dev/null 2>&1 || true
+  if [ -n "${accounts_made:-}" ]; then userdel -r pkgkim 2>/dev/null || true; userdel -r pkglee 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -102,6 +103,57 @@ ok "resolve as dedup: exit 0, textfile written"
 [ "$(stat -c %a /var/lib/dedup/relay.db)" = 600 ] || fail "the ledger is not 0600"
 ok "the ledger the job created is 0600"
 
+echo "== four eyes through sudo: the shipped sudoers file, two real accounts"
+[ "$(stat -c '%a %U:%G' /etc/sudoers.d/dedup)" = "440 root:root" ] || fail "/etc/sudoers.d/dedup is not 0440 root:root"
+visudo -cf /etc/sudoers.d/dedup >/dev/null || fail "visudo -cf /etc/sudoers.d/dedup"
+getent group dedup-operators >/dev/null || fail "no group dedup-operators"
+ok "/etc/sudoers.d/dedup 0440 root:root, visudo -cf passes, group dedup-operators"
+for who in pkgkim pkglee; do
+  id "$who" >/dev/null 2>&1 || useradd -m -G dedup-operators "$who"
+  echo "$who:pw-$who" | chpasswd
+done
+accounts_made=1
+g=20261202MOB0000000000000000PKG01
+sqlite3 /var/lib/dedup/relay.db "INSERT INTO tx(guid,tx_code,state,rsp_code,request,response,attempts,updated_at) VALUES('$g','TRF00001','UNKNOWN','E901',NULL,NULL,1,datetime('now','-600 seconds'))"
+# as WHO ARGS...: settle through sudo as dedup, WHO's password on stdin.
+as() { local who=$1; shift; echo "pw-$who" | runuser -u "$who" -- sudo -S -p '' -u dedup /usr/bin/settle --db /var/lib/dedup/relay.db "$@" 2>&1; }
+set +e
+out=$(as pkgkim propose "$g" --as not-applied --reason "package test: never received"); rc=$?
+set -e
+[ $rc -eq 0 ] || fail "pkgkim's proposal through sudo exited $rc: $out"
+id=$(sed -n 's/^settle: proposed id=\([0-9]*\) .*/\1/p' <<<"$out")
+[ -n "$id" ] || fail "no proposal id in: $out"
+ok "pkgkim proposed through sudo -u dedup (id $id)"
+refused() { # DESCRIPTION COMMAND...: must exit 1 with one settle: line, the row unchanged
+  local what=$1; shift
+  set +e; out=$("$@" 2>&1); rc=$?; set -e
+  [ $rc -eq 1 ] || fail "$what: exit $rc, want 1: $out"
+  [ "$(grep -c '^settle: ' <<<"$out")" = 1 ] || fail "$what: not one line: $out"
+  [ "$(sqlite3 /var/lib/dedup/relay.db "SELECT state FROM tx WHERE guid='$g'")" = UNKNOWN ] || fail "$what changed the row"
+  ok "refused: $what"
+}
+refused "pkgkim approving her own proposal" as pkgkim approve "$id"
+refused "pkgkim approving with SUDO_USER=pkglee" bash -c "echo pw-pkgkim | runuser -u pkgkim -- env SUDO_USER=pkglee SUDO_UID=$(id -u pkglee) sudo -S -p '' -u dedup /usr/bin/settle --db /var/lib/dedup/relay.db approve $id"
+refused "the owner approving directly" runuser -u dedup -- /usr/bin/settle --db /var/lib/dedup/relay.db approve "$id"
+refused "the owner approving directly with SUDO_UID of pkglee" runuser -u dedup -- env SUDO_USER=pkglee SUDO_UID="$(id -u pkglee)" /usr/bin/settle --db /var/lib/dedup/relay.db approve "$id"
+refused "root approving directly" /usr/bin/settle --db /var/lib/dedup/relay.db approve "$id"
+refused "root approving with SUDO_UID of pkglee" env SUDO_USER=pkglee SUDO_UID="$(id -u pkglee)" /usr/bin/settle --db /var/lib/dedup/relay.db approve "$id"
+set +e; out=$(echo pw-pkgkim | runuser -u pkgkim -- sudo -S -p '' -u dedup /usr/bin/sqlite3 /var/lib/dedup/relay.db "UPDATE tx SET state='FAILED'" 2>&1); rc=$?; set -e
+[ $rc -ne 0 ] || fail "sudo let an operator run sqlite3 as dedup"
+ok "sudo lets an operator run nothing else as dedup (sqlite3 refused)"
+set +e; out=$(as pkglee approve "$id" --reason "package test"); rc=$?; set -e
+[ $rc -eq 0 ] || fail "pkglee's approval exited $rc: $out"
+[ "$(sqlite3 /var/lib/dedup/relay.db "SELECT state||'/'||rsp_code FROM tx WHERE guid='$g'")" = FAILED/E902 ] || fail "the approval did not make the row FAILED/E902"
+actors=$(sqlite3 /var/lib/dedup/relay.db "SELECT action||' '||actor FROM tx_event WHERE guid='$g' ORDER BY id")
+grep -q "^propose settle:pkgkim(sudo uid $(id -u pkgkim))@" <<<"$actors" || fail "the proposal's actor: $actors"
+grep -q "^approve settle:pkglee(sudo uid $(id -u pkglee))@" <<<"$actors" || fail "the approval's actor: $actors"
+ok "pkglee approved: FAILED/E902; the events name both accounts by uid"
+out=$(echo pw-pkglee | runuser -u pkglee -- sudo -S -p '' -u dedup /usr/bin/inspect --db /var/lib/dedup/relay.db "$g" 2>&1) || fail "inspect through sudo: $out"
+grep -q "approve by settle:pkglee(sudo uid" <<<"$out" || fail "inspect does not show the approver: $out"
+runuser -u dedup -- /usr/bin/settle --db /var/lib/dedup/relay.db list >/dev/null || fail "settle list as the owner"
+ok "inspect through sudo shows the story; settle list works as the owner directly"
+sqlite3 /var/lib/dedup/relay.db "DELETE FROM tx WHERE guid='$g'; DELETE FROM tx_event WHERE guid='$g'"
+
 if [ -d /run/systemd/system ]; then
   systemctl start dedup-resolve.service || fail "systemctl start dedup-resolve"
   ok "dedup-resolve.service ran under systemd"
@@ -136,6 +188,8 @@ for p in /var/lib/dedup /var/log/dedup /etc/dedup /var/lib/node_exporter/textfil
   [ ! -e "$p" ] || fail "$p left after purge"
 done
 ! getent passwd dedup >/dev/null || fail "the dedup user left after purge"
+! getent group dedup-operators >/dev/null || fail "the group dedup-operators left after purge"
+[ ! -e /etc/sudoers.d/dedup ] || fail "/etc/sudoers.d/dedup left after purge"
 ls /etc/systemd/system/timers.target.wants/dedup-* >/dev/null 2>&1 && fail "timer links left after purge"
 ok "purged: no file of the packages, no data, no user, no unit links left"
 echo "package-test: all checks passed"

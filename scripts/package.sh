@@ -95,14 +95,17 @@ install -m 0644 deploy/etc/relay.env deploy/etc/jobs.env "$s/etc/dedup/"
 install -m 0644 deploy/logrotate/dedup "$s/etc/logrotate.d/dedup"
 install -m 0644 deploy/prometheus/alerts.yml deploy/prometheus/alerts_test.yml "$s/usr/share/dedup/prometheus/"
 install -m 0644 deploy/cron.example "$s/usr/share/doc/dedup/examples/cron"
+# The operators' sudo rule: root's, 0440, as sudo requires (lintian checks).
+install -d -m 0750 "$s/etc/sudoers.d"
+install -m 0440 deploy/sudoers/dedup "$s/etc/sudoers.d/dedup"
 gzip -9nc README.md >"$s/usr/share/doc/dedup/README.md.gz"
 for d in docs/*.md; do gzip -9nc "$d" >"$s/usr/share/doc/dedup/docs/$(basename "$d").gz"; done
 for b in relay resolve reprocess purge inspect settle; do manpage "$s/usr/bin/$b" 1 "$s/usr/share/man/man1"; done
 docfiles dedup "$s/usr/share/doc/dedup"
 install -m 0755 deploy/debian/postinst deploy/debian/prerm deploy/debian/postrm "$s/DEBIAN/" 2>/dev/null || {
   mkdir -p "$s/DEBIAN"; install -m 0755 deploy/debian/postinst deploy/debian/prerm deploy/debian/postrm "$s/DEBIAN/"; }
-printf '/etc/dedup/relay.env\n/etc/dedup/jobs.env\n/etc/logrotate.d/dedup\n' >"$s/DEBIAN/conffiles"
-control dedup "adduser, libc6 (>= 2.34)" "relay that never applies a bank transfer twice" \
+printf '/etc/dedup/relay.env\n/etc/dedup/jobs.env\n/etc/logrotate.d/dedup\n/etc/sudoers.d/dedup\n' >"$s/DEBIAN/conffiles"
+control dedup "adduser, sudo, libc6 (>= 2.34)" "relay that never applies a bank transfer twice" \
 "dedup stands between a bank's channels (mobile, internet banking, ATM) and
 its core banking system, and makes sure that a transfer retransmitted with
 the same GUID is never applied twice: a durable state ledger (SQLite, or a
@@ -111,7 +114,8 @@ settled by inquiry, and only what surely never arrived sent again.
 .
 This package holds the relay service and its batch jobs (resolve, reprocess,
 purge) with their systemd timers, inspect, and settle (an operator's decision
-with four eyes, on the record)." "$s"
+with four eyes, on the record: operators, members of the group
+dedup-operators, run it through sudo as the dedup account)." "$s"
 # The cron example is documentation, not an active cron file.
 rmdir "$s/etc/cron.d"
 
@@ -127,7 +131,7 @@ relay. Never install them on a production host." "$t"
 
 for pkg in dedup:"$s" dedup-tools:"$t"; do
   name=${pkg%%:*} dir=${pkg#*:}
-  find "$dir" -type d -exec chmod 0755 {} +
+  find "$dir" -type d ! -path '*/etc/sudoers.d' -exec chmod 0755 {} +
   dpkg-deb --root-owner-group --build "$dir" "$out/${name}_${version}_${arch}.deb" >/dev/null
   echo "$out/${name}_${version}_${arch}.deb"
 done

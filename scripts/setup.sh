@@ -38,6 +38,8 @@ command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
 command -v spin >/dev/null 2>&1 || missing+=(spin)
 # The Debian packages: built with dpkg-deb, checked with lintian.
 command -v lintian >/dev/null 2>&1 || missing+=(lintian)
+# Four eyes on a host: settle runs through sudo for real accounts.
+command -v sudo >/dev/null 2>&1 || missing+=(sudo)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
