@@ -117,10 +117,10 @@ func removeOperators() {
 // A PostgreSQL ledger needs nothing: settle reaches it by its URL.
 func ownLedger(t *testing.T, path string) {
 	t.Helper()
+	operators(t)
 	if onPostgres() || strings.HasPrefix(path, "postgres") {
 		return
 	}
-	operators(t)
 	dir := filepath.Dir(path)
 	assert.NilError(t, runCmd("chown", "-R", ledgerOwner+":", dir))
 	files, _ := filepath.Glob(path + "*") // the file, its -wal and -shm

@@ -1,0 +1,166 @@
+package lazyfs
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+)
+
+// mount mounts a fresh backing directory and returns the file system.
+func mount(t *testing.T) *FS {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("lazyfs mounts with mount(2): run the tests as root (CI does)")
+	}
+	backing, dir := t.TempDir(), t.TempDir()
+	l, err := Mount(backing, dir)
+	assert.NilError(t, err)
+	t.Cleanup(func() { assert.Check(t, l.Unmount()) })
+	return l
+}
+
+func write(t *testing.T, path string, data string, sync bool) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
+	assert.NilError(t, err)
+	_, err = f.WriteString(data)
+	assert.NilError(t, err)
+	if sync {
+		assert.NilError(t, f.Sync())
+	}
+	assert.NilError(t, f.Close())
+}
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	assert.NilError(t, err)
+	return string(b)
+}
+
+// Written and fsynced survives a cut; written and not fsynced does not,
+// though reads saw it before the cut; a file created and never synced is
+// left empty (its directory entry was not deferred).
+func TestCutDropsWhatWasNotSynced(t *testing.T) {
+	l := mount(t)
+	a, b := filepath.Join(l.Dir, "a"), filepath.Join(l.Dir, "b")
+	write(t, a, "synced", true)
+	write(t, a, "SY", false) // overwrites the first two bytes, unsynced
+	write(t, b, "never synced", false)
+	assert.Check(t, is.Equal(read(t, a), "SYnced"), "reads must see unsynced writes")
+	assert.Check(t, is.Equal(read(t, b), "never synced"))
+	dropped := l.Cut()
+	assert.Check(t, dropped > 0)
+	assert.Check(t, is.Equal(read(t, a), "synced"))
+	assert.Check(t, is.Equal(read(t, b), ""))
+	fi, err := os.Stat(b)
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(fi.Size(), int64(0)), "the size must be the synced one")
+	assert.Check(t, is.Equal(l.Stats().Cuts, int64(1)))
+}
+
+// An fsync of one file makes that file durable only: the other files'
+// unsynced writes are still dropped.
+func TestFsyncOfOneFileLeavesTheOthersUnsynced(t *testing.T) {
+	l := mount(t)
+	a, b := filepath.Join(l.Dir, "a"), filepath.Join(l.Dir, "b")
+	fa, err := os.Create(a)
+	assert.NilError(t, err)
+	fb, err := os.Create(b)
+	assert.NilError(t, err)
+	_, err = fa.WriteString(strings.Repeat("A", 10000))
+	assert.NilError(t, err)
+	_, err = fb.WriteString(strings.Repeat("B", 10000))
+	assert.NilError(t, err)
+	assert.NilError(t, fa.Sync())
+	assert.NilError(t, fa.Close())
+	assert.NilError(t, fb.Close())
+	l.Cut()
+	assert.Check(t, is.Equal(read(t, a), strings.Repeat("A", 10000)))
+	assert.Check(t, is.Equal(read(t, b), ""))
+}
+
+// A truncation is deferred like a write; fdatasync and O_DSYNC count as
+// syncs; a write past a shrunk end reads zeros in the gap, before and
+// after its sync.
+func TestTruncationsAndSyncFlavours(t *testing.T) {
+	l := mount(t)
+	p := filepath.Join(l.Dir, "t")
+	write(t, p, "0123456789", true)
+	assert.NilError(t, os.Truncate(p, 4))
+	assert.Check(t, is.Equal(read(t, p), "0123"))
+	l.Cut()
+	assert.Check(t, is.Equal(read(t, p), "0123456789"), "an unsynced truncation survived the cut")
+
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	assert.NilError(t, err)
+	assert.NilError(t, f.Truncate(2))
+	_, err = f.WriteAt([]byte("X"), 6)
+	assert.NilError(t, err)
+	assert.NilError(t, syscall.Fdatasync(int(f.Fd())))
+	assert.NilError(t, f.Close())
+	want := "01\x00\x00\x00\x00X"
+	assert.Check(t, is.Equal(read(t, p), want))
+	l.Cut()
+	assert.Check(t, is.Equal(read(t, p), want), "fdatasync did not make the write durable")
+
+	d, err := os.OpenFile(filepath.Join(l.Dir, "d"), os.O_CREATE|os.O_WRONLY|syscall.O_DSYNC, 0o644)
+	assert.NilError(t, err)
+	_, err = d.WriteString("dsync")
+	assert.NilError(t, err)
+	assert.NilError(t, d.Close())
+	l.Cut()
+	assert.Check(t, is.Equal(read(t, filepath.Join(l.Dir, "d")), "dsync"))
+}
+
+// A shared mmap works (SQLite's -shm): what one mapping writes another
+// descriptor reads; unsynced, it is gone after a cut.
+func TestSharedMmapWorksAndIsLostUnsynced(t *testing.T) {
+	l := mount(t)
+	p := filepath.Join(l.Dir, "shm")
+	write(t, p, strings.Repeat("\x00", 8192), true)
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	assert.NilError(t, err)
+	m, err := syscall.Mmap(int(f.Fd()), 0, 8192, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	assert.NilError(t, err)
+	copy(m[100:], "mapped")
+	assert.NilError(t, syscall.Munmap(m))
+	assert.NilError(t, f.Close())
+	got := read(t, p)
+	assert.Check(t, is.Equal(got[100:106], "mapped"))
+	l.Cut()
+	assert.Check(t, bytes.Equal([]byte(read(t, p)), make([]byte, 8192)), "the unsynced mapped write survived the cut")
+}
+
+// SQLite on the file system: with synchronous=FULL a committed row
+// survives a cut; with synchronous=OFF (no fsync at all) it does not. So
+// the campaign's control can fail.
+func TestSQLiteCommitsSurviveOnlyWhenSynced(t *testing.T) {
+	if _, err := exec.LookPath("sqlite3"); err != nil {
+		t.Fatal("the sqlite3 shell is not installed (scripts/setup.sh installs it)")
+	}
+	l := mount(t)
+	for _, tc := range []struct {
+		sync string
+		want string
+	}{{"FULL", "1"}, {"OFF", "0"}} {
+		db := filepath.Join(l.Dir, tc.sync+".db")
+		out, err := exec.Command("sqlite3", db, "PRAGMA journal_mode=WAL", "CREATE TABLE t(x)", "PRAGMA wal_checkpoint(TRUNCATE)").CombinedOutput()
+		assert.NilError(t, err, string(out))
+		out, err = exec.Command("sqlite3", db, "PRAGMA synchronous="+tc.sync, "INSERT INTO t VALUES(1)").CombinedOutput()
+		assert.NilError(t, err, string(out))
+		// Force the fsync that the first connection's checkpoint-on-close
+		// would otherwise give: the rows are in the WAL only.
+		l.Cut()
+		out, err = exec.Command("sqlite3", db, "SELECT count(*) FROM t").CombinedOutput()
+		assert.NilError(t, err, string(out))
+		assert.Check(t, is.Equal(strings.TrimSpace(string(out)), tc.want), "synchronous=%s", tc.sync)
+	}
+}
