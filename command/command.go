@@ -14,13 +14,23 @@ import (
 	"dedup/certs"
 	"dedup/cli"
 	"dedup/coreapi"
+	"dedup/ledger"
 	"dedup/ledger/backend"
 )
 
-// LedgerFlags is the --db flag of a batch job.
+// LedgerFlags are the ledger flags of the binaries other than the relay
+// (which has its own, with the same --synchronous): every binary that
+// writes obeys the same durability rule, so that the runbook's jobs run on
+// a ledger the relay was allowed to use.
 type LedgerFlags struct {
-	DB         string `name:"db" default:"relay.db" help:"Ledger: a SQLite file path, or a postgres:// URL."`
-	DBInsecure bool   `name:"db-insecure" help:"Allow a PostgreSQL host that is not loopback without sslmode=verify-full or verify-ca."`
+	DB          string `name:"db" default:"relay.db" help:"Ledger: a SQLite file path, or a postgres:// URL."`
+	DBInsecure  bool   `name:"db-insecure" help:"Allow a PostgreSQL host that is not loopback without sslmode=verify-full or verify-ca."`
+	Synchronous string `name:"synchronous" enum:"full,normal" default:"full" help:"Durability of each commit: full, or normal (SQLite NORMAL; PostgreSQL: accept synchronous_commit off/local, fsync or full_page_writes off), as the relay's flag."`
+}
+
+// Options returns the ledger options these flags ask for.
+func (l LedgerFlags) Options(warn func(string, ...any), actor string) ledger.Options {
+	return ledger.Options{Synchronous: l.Synchronous, Warn: warn, Actor: actor}
 }
 
 // ClockFlags are the flag of the binaries that decide by age (docs/cli.md:

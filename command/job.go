@@ -52,11 +52,11 @@ type Job func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Sum
 // repeat it), writes the metrics textfile if asked, and returns the exit
 // status: 0 if the job ran to its end, 1 (one line on stderr naming the
 // ledger and the cause) if it could not.
-func RunJob(name, db string, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) int {
+func RunJob(name string, lf LedgerFlags, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) int {
 	start := time.Now()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	status, sum := runJob(ctx, name, db, jf, log, startAttrs, job)
+	status, sum := runJob(ctx, name, lf, jf, log, startAttrs, job)
 	if jf.MetricsTextfile != "" {
 		var counts []metrics.JobCount
 		if sum != nil {
@@ -74,8 +74,9 @@ func RunJob(name, db string, jf JobFlags, log *slog.Logger, startAttrs []any, jo
 	return status
 }
 
-func runJob(ctx context.Context, name, db string, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) (int, batch.Summary) {
-	l, err := backend.Open(db, ledger.Options{Warn: log.Warn, Actor: ledger.Actor(name)})
+func runJob(ctx context.Context, name string, lf LedgerFlags, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) (int, batch.Summary) {
+	db := lf.DB
+	l, err := backend.Open(db, lf.Options(log.Warn, ledger.Actor(name)))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
 		return cli.ExitRuntime, nil

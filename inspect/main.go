@@ -101,7 +101,7 @@ func run(f *flags) int {
 			return cli.ExitRuntime
 		}
 	}
-	l, err := backend.Open(f.DB, ledger.Options{})
+	l, err := backend.Open(f.DB, f.LedgerFlags.Options(nil, ledger.Actor("inspect")))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "inspect: error: %v\n", err)
 		return cli.ExitRuntime

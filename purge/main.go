@@ -43,7 +43,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "\rpurge: deleted %d of %d", deleted, total)
 		}
 	}
-	os.Exit(command.RunJob("purge", f.DB, f.JobFlags, log, []any{"days", int(f.Days), "dry_run", f.DryRun},
+	os.Exit(command.RunJob("purge", f.LedgerFlags, f.JobFlags, log, []any{"days", int(f.Days), "dry_run", f.DryRun},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
 			sum, err := batch.Purge(ctx, l, int(f.Days), int(f.EventDays), f.MaxClockSkew.D(), f.DryRun, progress, log)
 			if progress != nil && !f.DryRun {

@@ -34,7 +34,7 @@ func main() {
 	var f flags
 	log := command.StartJob("reprocess", "Resend FAILED/E902 rows (surely not sent) with their own GUID and stored request.", &f)
 	core := f.MustCoreClient("reprocess")
-	os.Exit(command.RunJob("reprocess", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "max_attempts", int(f.MaxAttempts), "dry_run", f.DryRun},
+	os.Exit(command.RunJob("reprocess", f.LedgerFlags, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "max_attempts", int(f.MaxAttempts), "dry_run", f.DryRun},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
 			sender := &holder.Sender{Ledger: l, Core: core, Lease: ledger.Bounds{ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()}.Lease(), Confirm: backend.Shared(f.DB)}
 			sum, err := batch.Reprocess(ctx, l, sender, int(f.MaxAttempts), f.DryRun, log)

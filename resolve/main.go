@@ -26,7 +26,7 @@ func main() {
 	var f flags
 	log := command.StartJob("resolve", "Settle UNKNOWN rows by inquiry: 200 -> DONE, 404 NOT_FOUND -> FAILED, anything else -> left as is.", &f)
 	core := f.MustCoreClient("resolve")
-	os.Exit(command.RunJob("resolve", f.DB, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "min_age_s", f.MinAge.D().Seconds()},
+	os.Exit(command.RunJob("resolve", f.LedgerFlags, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "min_age_s", f.MinAge.D().Seconds()},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
 			return batch.Resolve(ctx, l, core, f.MinAge.D(), f.MaxClockSkew.D(), log)
 		}))

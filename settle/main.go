@@ -135,7 +135,7 @@ func run(command string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 			who = settlement.Person{Host: settlement.Hostname()}
 		}
 	}
-	l, err := backend.Open(f.DB, ledger.Options{Warn: log.Warn, Actor: ledger.Actor("settle")})
+	l, err := backend.Open(f.DB, f.LedgerFlags.Options(log.Warn, ledger.Actor("settle")))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "settle: error: %v\n", err)
 		return cli.ExitRuntime, nil

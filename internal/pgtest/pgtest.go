@@ -36,6 +36,8 @@ type Cluster struct {
 	dbSeq  atomic.Int64
 	tls    *TLS
 	env    []string // the server's extra environment (Options.Env)
+	conf   []string // Options.Settings
+	data   string   // the directory the server runs on
 }
 
 // TLS are the PEM files of a cluster that serves TLS: its certificate and
@@ -56,6 +58,14 @@ type Options struct {
 	// Env is added to the server's environment (NAME=VALUE), e.g.
 	// FakeClock's libfaketime settings.
 	Env []string
+	// Settings are server settings (NAME=VALUE) after the defaults, which
+	// they override: "fsync=off" for a test of its refusal.
+	Settings []string
+	// DataOn, if set, is called with the new data directory after initdb
+	// and returns the directory the server runs on instead (the same
+	// files, reached another way: the power-loss campaign mounts a file
+	// system that loses unsynced writes over it).
+	DataOn func(data string) (string, error)
 }
 
 // FakeClock returns the environment that runs a server whose wall clock
@@ -106,7 +116,7 @@ func Start(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Host: opts.Host, bin: bin, tls: opts.TLS, env: opts.Env}
+	c := &Cluster{Host: opts.Host, bin: bin, tls: opts.TLS, env: opts.Env, conf: opts.Settings}
 	if c.Host == "" {
 		c.Host = "127.0.0.1"
 	}
@@ -137,6 +147,13 @@ func Start(opts Options) (*Cluster, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
+	c.data = filepath.Join(dir, "data")
+	if opts.DataOn != nil {
+		if c.data, err = opts.DataOn(c.data); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
+	}
 	if opts.TLS != nil {
 		if err := c.installTLS(opts.TLS); err != nil {
 			os.RemoveAll(dir)
@@ -150,7 +167,7 @@ func Start(opts Options) (*Cluster, error) {
 		if opts.TLS != nil {
 			rule = "hostssl all all 0.0.0.0/0 trust\n"
 		}
-		f, err := os.OpenFile(filepath.Join(dir, "data", "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		f, err := os.OpenFile(filepath.Join(c.data, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
 		if err == nil {
 			_, err = f.WriteString(rule)
 			f.Close()
@@ -183,11 +200,11 @@ func (c *Cluster) installTLS(t *TLS) error {
 		if err != nil {
 			return err
 		}
-		path := filepath.Join(c.Dir, "data", dst)
+		path := filepath.Join(c.data, dst)
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			return err
 		}
-		if fi, err := os.Stat(filepath.Join(c.Dir, "data")); err == nil {
+		if fi, err := os.Stat(c.data); err == nil {
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 				os.Chown(path, int(st.Uid), int(st.Gid))
 			}
@@ -222,7 +239,10 @@ func (c *Cluster) StartServer() error {
 	if c.tls != nil {
 		o += " -c ssl=on"
 	}
-	if out, err := c.runEnv(c.env, "pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-l", filepath.Join(c.Dir, "log"), "-w", "-t", "60", "-o", o, "start"); err != nil {
+	for _, kv := range c.conf {
+		o += " -c " + kv
+	}
+	if out, err := c.runEnv(c.env, "pg_ctl", "-D", c.data, "-l", filepath.Join(c.Dir, "log"), "-w", "-t", "60", "-o", o, "start"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(c.Dir, "log"))
 		return fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
 	}
@@ -232,7 +252,7 @@ func (c *Cluster) StartServer() error {
 // StopServer stops the server; mode is pg_ctl's: "fast" or "immediate" (a
 // crash: no shutdown checkpoint, connections cut).
 func (c *Cluster) StopServer(mode string) error {
-	if out, err := c.run("pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-m", mode, "-w", "stop"); err != nil {
+	if out, err := c.run("pg_ctl", "-D", c.data, "-m", mode, "-w", "stop"); err != nil {
 		return fmt.Errorf("pg_ctl stop: %v\n%s", err, out)
 	}
 	return nil

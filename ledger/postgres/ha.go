@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -57,26 +59,52 @@ func keepAfterRelease(c *pgx.Conn) bool {
 // durableSession is the pool's AfterConnect: a new session whose commits
 // are not durable (synchronous_commit off, local or remote_write) is refused, unless the
 // operator accepted that (normal).
-func durableSession(normal bool) func(context.Context, *pgx.Conn) error {
+//
+// The server's own fsync and full_page_writes are read too: with fsync
+// off a commit is acknowledged from the page cache, and with
+// full_page_writes off a page torn by a power cut cannot be repaired from
+// the WAL; either way a power cut can lose or corrupt claims the relay
+// acted on. They are refused like synchronous_commit, and accepted under
+// --synchronous normal with a warning (once per handle) naming the setting.
+func durableSession(normal bool, warn func(string, ...any)) func(context.Context, *pgx.Conn) error {
+	var warned sync.Once
 	return func(ctx context.Context, c *pgx.Conn) error {
-		var sc string
-		if err := c.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil {
-			return fmt.Errorf("read synchronous_commit: %w", err)
+		var sc, fsync, fpw string
+		if err := c.QueryRow(ctx, "SELECT current_setting('synchronous_commit'), current_setting('fsync'), current_setting('full_page_writes')").Scan(&sc, &fsync, &fpw); err != nil {
+			return fmt.Errorf("read synchronous_commit, fsync and full_page_writes: %w", err)
 		}
+		var unsafe []string
 		// remote_write acknowledges a commit that a standby holds in
 		// memory only: a crash of both loses it. Only on and remote_apply
 		// are durable enough for a claim.
-		if (sc == "off" || sc == "local" || sc == "remote_write") && !normal {
-			return fmt.Errorf("synchronous_commit is %q: a claim could be acknowledged and then lost; set it to on (or pass --synchronous normal to accept that risk)", sc)
+		if sc == "off" || sc == "local" || sc == "remote_write" {
+			unsafe = append(unsafe, fmt.Sprintf("synchronous_commit is %q: a claim could be acknowledged and then lost", sc))
+		}
+		if fsync != "on" {
+			unsafe = append(unsafe, fmt.Sprintf("the server's fsync is %q: a power cut can lose or corrupt acknowledged commits", fsync))
+		}
+		if fpw != "on" {
+			unsafe = append(unsafe, fmt.Sprintf("the server's full_page_writes is %q: a page torn by a power cut cannot be repaired", fpw))
+		}
+		if len(unsafe) == 0 {
+			return nil
+		}
+		if !normal {
+			return fmt.Errorf("%s; set it to on (or pass --synchronous normal to accept that risk)", strings.Join(unsafe, "; "))
+		}
+		if warn != nil {
+			warned.Do(func() {
+				warn("--synchronous normal: the ledger's commits are not durable against a power cut", "settings", strings.Join(unsafe, "; "))
+			})
 		}
 		return nil
 	}
 }
 
 // configureHA installs the hooks above on a pool configuration.
-func configureHA(cfg *pgxpool.Config, normal bool) {
+func configureHA(cfg *pgxpool.Config, normal bool, warn func(string, ...any)) {
 	cfg.ConnConfig.OnNotice = onNotice
-	cfg.AfterConnect = durableSession(normal)
+	cfg.AfterConnect = durableSession(normal, warn)
 	cfg.AfterRelease = keepAfterRelease
 }
 

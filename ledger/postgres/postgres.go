@@ -112,7 +112,7 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 		cfg.MaxConns = DefaultConns
 	}
 	cfg.MinConns = 0
-	configureHA(cfg, sync == "normal")
+	configureHA(cfg, sync == "normal", opts.Warn)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*ConnectTimeout)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

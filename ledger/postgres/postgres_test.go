@@ -207,6 +207,31 @@ func TestNonDurableSessionIsRefused(t *testing.T) {
 	}
 }
 
+// A server that does not fsync, or does not write full pages, can lose or
+// tear commits at a power cut: refused like a non-durable session, and
+// accepted under --synchronous normal with one warning naming the setting.
+func TestServerWithoutFsyncOrFullPagesIsRefused(t *testing.T) {
+	for _, setting := range []string{"fsync", "full_page_writes"} {
+		t.Run(setting, func(t *testing.T) {
+			pg, err := pgtest.Start(pgtest.Options{Settings: []string{setting + "=off"}})
+			assert.NilError(t, err)
+			defer pg.Remove()
+			name, err := pg.NewDatabase()
+			assert.NilError(t, err)
+			db := pg.URL(name)
+			_, err = Open(db, ledger.Options{})
+			assert.Check(t, is.ErrorContains(err, "the server's "+setting+" is \"off\""))
+			var warnings []string
+			l, err := Open(db, ledger.Options{Synchronous: "normal", Warn: func(msg string, args ...any) {
+				warnings = append(warnings, fmt.Sprint(msg, args))
+			}})
+			assert.NilError(t, err)
+			l.Close()
+			assert.Check(t, len(warnings) == 1 && strings.Contains(warnings[0], setting), "want one warning naming %s: %v", setting, warnings)
+		})
+	}
+}
+
 // Every session is bounded like SQLite's busy timeout.
 func TestSessionsAreBounded(t *testing.T) {
 	db := pgtest.SharedDatabase(t)

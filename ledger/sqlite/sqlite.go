@@ -56,6 +56,9 @@ type Ledger struct {
 	onCommit func(time.Duration, int)
 	warn     func(string, ...any)
 	actor    string // who writes this handle's events
+	// synchronous is what the write connection must report (FULL or
+	// NORMAL), checked when it is opened.
+	synchronous string
 
 	// The structural check in the background (Options.CheckInBackground).
 	checkDone  func(time.Duration, error) // Options.CheckInBackground; nil: the check runs at open
@@ -131,6 +134,9 @@ func checkFile(path string, warn func(string, ...any)) error {
 // schema, refuses a damaged file, and makes the connection wait for the
 // write lock itself.
 func (l *Ledger) prepareWriteConn(ctx context.Context) error {
+	if err := checkSynchronous(ctx, l.conn, l.synchronous); err != nil {
+		return err
+	}
 	var mode string
 	if err := l.conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		return translate(err)
@@ -190,7 +196,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	wdb.SetConnMaxLifetime(0)
 
 	l := &Ledger{wdb: wdb, faults: opts.Faults, onCommit: opts.OnCommit, warn: opts.Warn, actor: ledger.ActorOf(opts),
-		checkDone: opts.CheckInBackground}
+		checkDone: opts.CheckInBackground, synchronous: synchronous}
 	l.idle = sync.NewCond(&l.mu)
 	fail := func(err error) (*Ledger, error) {
 		if l.conn != nil {
@@ -237,6 +243,27 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 		l.checkInBackground()
 	}
 	return l, nil
+}
+
+// synchronousLevels are PRAGMA synchronous's answers.
+var synchronousLevels = map[int]string{0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+// checkSynchronous reads PRAGMA synchronous back on the connection that
+// writes and refuses it unless it is what was asked (FULL, or NORMAL under
+// --synchronous normal): the setting is a DSN parameter, and a driver that
+// dropped or renamed it would leave every commit unsynced with nothing to
+// show for it until a power cut (docs/rules.md "A power cut").
+func checkSynchronous(ctx context.Context, c interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, want string) error {
+	var level int
+	if err := c.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&level); err != nil {
+		return fmt.Errorf("read PRAGMA synchronous: %w", translate(err))
+	}
+	if got := synchronousLevels[level]; got != want {
+		return fmt.Errorf("PRAGMA synchronous is %s (%d) on the connection that writes, not %s: a power cut could lose commits the relay acted on; refusing to write", got, level, want)
+	}
+	return nil
 }
 
 // quickCheck runs SQLite's structural check on c: every page of the file is

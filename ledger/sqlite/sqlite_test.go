@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 
 	"dedup"
 	"dedup/ledger"
@@ -347,5 +348,37 @@ func TestCloseStopsTheBackgroundCheck(t *testing.T) {
 	case <-l.checkEnded:
 	default:
 		t.Fatal("Close returned while the background check was still running")
+	}
+}
+
+// The connection that writes is refused unless PRAGMA synchronous reads
+// back as asked: a driver that dropped the DSN parameter would otherwise
+// leave every commit unsynced, unnoticed until a power cut.
+func TestWriteConnectionMustReportTheSynchronousAsked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l.db")
+	db, err := sql.Open("sqlite3", path)
+	assert.NilError(t, err)
+	defer db.Close()
+	c, err := db.Conn(context.Background())
+	assert.NilError(t, err)
+	defer c.Close()
+	for _, tc := range []struct {
+		set, want string
+		ok        bool
+	}{{"FULL", "FULL", true}, {"NORMAL", "NORMAL", true}, {"OFF", "FULL", false}, {"NORMAL", "FULL", false}, {"FULL", "NORMAL", false}} {
+		_, err := c.ExecContext(context.Background(), "PRAGMA synchronous="+tc.set)
+		assert.NilError(t, err)
+		err = checkSynchronous(context.Background(), c, tc.want)
+		if tc.ok {
+			assert.Check(t, err, "%+v", tc)
+		} else {
+			assert.Check(t, is.ErrorContains(err, "PRAGMA synchronous is "+tc.set), "%+v", tc)
+		}
+	}
+	// Both settings a binary may ask for reach the connection as asked.
+	for _, s := range []string{"full", "normal"} {
+		l, err := Open(filepath.Join(t.TempDir(), "l.db"), ledger.Options{Synchronous: s})
+		assert.NilError(t, err, s)
+		l.Close()
 	}
 }
