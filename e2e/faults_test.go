@@ -33,6 +33,7 @@ import (
 
 	"dedup/internal/channel"
 	"dedup/internal/hatest"
+	"dedup/internal/lazyfs"
 	"dedup/internal/pgtest"
 	"dedup/lhstd"
 )
@@ -96,6 +97,7 @@ type counters struct {
 	linkBlackHole, linkPartition                                        atomic.Int64
 	settleProposed, settleApproved, settleRefused                       atomic.Int64
 	haPostmaster, haHostLoss, haSwitchover, haSyncLost, haIsolated      atomic.Int64
+	powerCut                                                            atomic.Int64
 }
 
 // campaign is one seeded run.
@@ -131,6 +133,12 @@ type campaign struct {
 	hist history
 	n    *counters
 	out  strings.Builder
+
+	// With -faults.powerloss: the file system the ledger is on, the
+	// children a cut kills, and what the checks after each cut found.
+	lfs       *lazyfs.FS
+	kids      children
+	integrity []string
 }
 
 func (c *campaign) intn(n int) int {
@@ -195,7 +203,7 @@ func TestFaultCampaign(t *testing.T) {
 	var violations []string
 	var stats struct{ guids, applied, receivedTwice, explained, done, exhausted, neverAccepted, ok0000 int }
 	var failovers []time.Duration
-	fmt.Printf("faults: runs=%d first seed=%d duration=%v channels=%d broken=%v ledger=%s tls=%v\n", *fRuns, seed, *fDuration, *fChannels, *fBroken, *fLedger, *fTLS)
+	fmt.Printf("faults: runs=%d first seed=%d duration=%v channels=%d broken=%v ledger=%s tls=%v power_loss=%v synchronous=%s\n", *fRuns, seed, *fDuration, *fChannels, *fBroken, *fLedger, *fTLS, *fPowerLoss, *fSynchronous)
 	begin := time.Now()
 	t.Run("runs", func(t *testing.T) {
 		for i := 0; i < *fRuns; i++ {
@@ -229,6 +237,9 @@ func TestFaultCampaign(t *testing.T) {
 	fmt.Printf("faults injected: relay_kill9=%d relay_sigterm=%d relay_sigstop=%d core_down=%d core_kill9=%d link_black_hole=%d link_partition=%d db_restart=%d resolve=%d reprocess=%d purge=%d\n",
 		n.relayKill.Load(), n.relayTerm.Load(), n.relayFreeze.Load(), n.coreDown.Load(), n.coreKill.Load(), n.linkBlackHole.Load(), n.linkPartition.Load(),
 		n.dbRestart.Load(), n.resolve.Load(), n.reprocess.Load(), n.purge.Load())
+	if *fPowerLoss {
+		fmt.Printf("faults injected (power loss): power_cut=%d synchronous=%s\n", n.powerCut.Load(), *fSynchronous)
+	}
 	fmt.Printf("settle: proposed=%d approved=%d refused=%d (the row changed meanwhile, or the proposal was decided)\n",
 		n.settleProposed.Load(), n.settleApproved.Load(), n.settleRefused.Load())
 	if *fLedger == "patroni" {
@@ -248,6 +259,9 @@ func TestFaultCampaign(t *testing.T) {
 	}
 	verdict := func(k string) string {
 		switch {
+		case expectLoss() && kinds[k] > 0:
+			// The power-loss control: unsynced commits must be lost.
+			return fmt.Sprintf("caught the lost commits, as it must (%d violations)", kinds[k])
 		case *fBroken && kinds[k] > 0:
 			// The proof that the checks can fail: worded so that nobody
 			// reading a green log takes it for a failure.
@@ -263,6 +277,9 @@ func TestFaultCampaign(t *testing.T) {
 	fmt.Printf("check 3 truthful replies: %s (0000 replies=%d)\n", verdict("reply"), stats.ok0000)
 	fmt.Printf("check 4 consistency with the core: %s\n", verdict("core"))
 	fmt.Printf("check 5 every change on the record (events): %s\n", verdict("events"))
+	if *fPowerLoss {
+		fmt.Printf("check 6 the ledger intact after every cut (%s): %s\n", map[bool]string{true: "amcheck", false: "integrity_check"}[*fLedger == "postgres"], verdict("integrity"))
+	}
 	if len(violations) == 0 {
 		fmt.Println("faults: all checks passed")
 	}
@@ -283,8 +300,10 @@ func (c *campaign) run() runResult {
 	if err := os.MkdirAll(filepath.Dir(c.db), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	switch *fLedger {
-	case "postgres":
+	switch {
+	case *fPowerLoss:
+		c.setUpPowerLoss()
+	case *fLedger == "postgres":
 		pg, err := pgtest.Start(pgtest.Options{})
 		assert.NilError(t, err)
 		t.Cleanup(pg.Remove)
@@ -292,7 +311,7 @@ func (c *campaign) run() runResult {
 		name, err := pg.NewDatabase()
 		assert.NilError(t, err)
 		c.db = pg.URL(name)
-	case "patroni":
+	case *fLedger == "patroni":
 		// Each node a host of its own, so that the primary can be cut off.
 		ha, err := hatest.Start(hatest.Options{Netns: true})
 		assert.NilError(t, err)
@@ -315,6 +334,12 @@ func (c *campaign) run() runResult {
 	db := openDB(t, c.db)
 	db.applySchema(t)
 	db.insertOldDone(t, 3000, nil, nil)
+	if c.lfs != nil {
+		// The test's own handle must not hold the ledger across a power
+		// cut (its process is not killed): closed now, opened again for
+		// the checks.
+		db.Close()
+	}
 
 	nRelays := 1 + c.intn(2)
 	c.relays = make([]*proc, nRelays)
@@ -350,8 +375,12 @@ func (c *campaign) run() runResult {
 	// rarest in short runs, where the random ones may find none.
 	c.settleAction()
 	c.settleAction()
+	if c.lfs != nil {
+		db = openDB(t, c.db)
+	}
 	c.settle(db)
 	res := c.check(db)
+	res.violations = append(res.violations, c.integrity...)
 	res.failovers = c.failovers()
 	return res
 }
@@ -495,6 +524,10 @@ func (c *campaign) faults(ctx context.Context) {
 		}
 		c.haFault(int(c.seed % haFaultKinds))
 	}
+	if c.lfs != nil {
+		c.powerFaults(ctx, &jobs)
+		return
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -581,6 +614,30 @@ func (c *campaign) faults(ctx context.Context) {
 				defer jobs.Done()
 				c.runJob(job)
 			}()
+		}
+	}
+}
+
+// powerFaults is the power-loss campaign's schedule: power cuts at seeded
+// moments, with the jobs and the operators running between (and cut down
+// with everything else).
+func (c *campaign) powerFaults(ctx context.Context, jobs *sync.WaitGroup) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(400+c.intn(1200)) * time.Millisecond):
+		}
+		switch k := c.intn(6); k {
+		case 0, 1:
+			c.powerCut()
+		case 2, 3, 4:
+			job := []string{"resolve", "reprocess", "purge"}[k-2]
+			jobs.Add(1)
+			go func() { defer jobs.Done(); c.runJob(job) }()
+		case 5:
+			jobs.Add(1)
+			go func() { defer jobs.Done(); c.settleAction() }()
 		}
 	}
 }
@@ -783,15 +840,18 @@ func (c *campaign) runJob(job string) string {
 		args = append(args, c.coreClient...)
 	}
 	args = append(args, c.dbFlags...)
-	out, err := exec.Command(bin(job), args...).Output()
-	line := lastLine(string(out))
+	cmd := exec.Command(bin(job), args...)
+	var stdout, stderrBuf strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderrBuf
+	cut, err := c.runChild(cmd)
+	line := lastLine(stdout.String())
+	if cut {
+		c.logf("%s: killed by the power cut (%v)", job, err)
+		return line
+	}
 	c.logf("%s: %s", job, line)
 	if err != nil {
-		var ee *exec.ExitError
-		stderr := ""
-		if errors.As(err, &ee) {
-			stderr = string(ee.Stderr)
-		}
+		stderr := stderrBuf.String()
 		if (c.pg != nil || c.ha != nil) && strings.Contains(stderr, "error:") {
 			// The database may have been down: a runtime error (exit 1),
 			// the rows stay for the next run, and the checks still judge.
@@ -988,10 +1048,15 @@ func eventsOf(t *testing.T, db *ledgerDB, g string) recorded {
 // lookup) or not-applied, a FAILED/E902 row abandoned; a second operator
 // approves at once. The relays and the jobs race them; the fence decides.
 func (c *campaign) settleAction() {
+	// Under the power-loss schedule the query must not hold the ledger
+	// open across a cut (the test's process is not killed).
+	c.kids.power.RLock()
 	db := openDB(c.t, c.db)
 	var g, state string
 	err := db.QueryRow("SELECT guid, state FROM tx WHERE guid NOT LIKE 'OLD%' AND ((state='UNKNOWN' AND updated_at <= datetime('now', ?)) OR (state='FAILED' AND rsp_code='E902')) ORDER BY random() LIMIT 1",
 		"-"+resolveMinAge+" seconds").Scan(&g, &state)
+	db.Close()
+	c.kids.power.RUnlock()
 	if err != nil {
 		return // nothing in doubt now, or the database is down
 	}
@@ -1038,7 +1103,13 @@ func (c *campaign) settleRun(who string, args ...string) (string, int) {
 	argv := append(append([]string{bin("settle"), "--db", c.db}, c.dbFlags...), args...)
 	cmd := exec.Command("runuser", append([]string{"-u", who, "--", "sudo", "-S", "-p", "", "-u", ledgerOwner}, argv...)...)
 	cmd.Stdin = strings.NewReader("pw-" + who + "\n")
-	out, err := cmd.CombinedOutput()
+	var outBuf strings.Builder
+	cmd.Stdout, cmd.Stderr = &outBuf, &outBuf
+	cut, err := c.runChild(cmd)
+	out := outBuf.String()
+	if cut {
+		return out, -1 // killed by a power cut, or not started during one
+	}
 	code := 0
 	if err != nil {
 		code = -1
@@ -1050,7 +1121,7 @@ func (c *campaign) settleRun(who string, args ...string) (string, int) {
 	if code == 2 {
 		c.t.Errorf("seed %d: settle %v: usage error: %s", c.seed, args, out)
 	}
-	return string(out), code
+	return out, code
 }
 
 // coreClient is an HTTP client for the fixture core's own endpoints.

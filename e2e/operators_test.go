@@ -127,7 +127,15 @@ func ownLedger(t *testing.T, path string) {
 	for _, f := range files {
 		assert.NilError(t, os.Chmod(f, 0o600))
 	}
-	assert.NilError(t, os.Chmod(filepath.Dir(dir), 0o711))
+	// A way to it: every directory above it that others cannot enter
+	// (test directories are 0700 root) gets o+x, nothing more.
+	for up := filepath.Dir(dir); up != "/" && up != "."; up = filepath.Dir(up) {
+		fi, err := os.Stat(up)
+		assert.NilError(t, err)
+		if fi.Mode().Perm()&0o001 == 0 {
+			assert.NilError(t, os.Chmod(up, fi.Mode().Perm()|0o011))
+		}
+	}
 }
 
 // settleAs runs settle as operator who, the way the runbook says: from

@@ -1,18 +1,24 @@
 // Package lazyfs is a test file system that loses unsynced writes, as a
-// power cut does: a FUSE loopback over a backing directory whose file
-// writes stay in the file system's own memory until the file is fsynced
-// (fsync, fdatasync, or a descriptor opened O_SYNC/O_DSYNC), and that
-// Cut drops, everything unsynced at once. Reads see unsynced data, as a
-// real page cache would, and a shared mmap works (SQLite's -shm): its pages
-// reach the file system when the kernel writes them back and are lost at a
-// cut unless synced, which SQLite never does (it rebuilds the file).
+// power cut does: a FUSE loopback over a backing directory that remembers,
+// for every file, what each write and truncation since the file's last
+// fsync overwrote, and that Cut puts back, for every file at once: each
+// file returns to its content at its last fsync (fsync, fdatasync, or a
+// write through a descriptor opened O_SYNC/O_DSYNC). Until then every
+// read and write goes to the backing file as it comes (an undo log, not a
+// write cache), so the processes that use the files see exactly what a
+// local file system shows them, shared mmaps included (SQLite's -shm,
+// whose pages reach the file system when the kernel writes them back, and
+// are undone at a cut unless synced, which SQLite never does: it rebuilds
+// the file).
 //
 // What it cannot see: directory operations (create, rename, unlink,
-// mkdir) go through to the backing directory at once, so a missing fsync
-// of a directory is not caught; sync_file_range is the kernel's business
-// (no durability promise, and FUSE is not told); syncfs is not passed to
-// FUSE servers. The power-loss campaign (scripts/faults.sh --power-loss)
-// puts the ledger on it; it is a test tool and no binary ships it.
+// mkdir) go through at once and are never undone, so a missing fsync of a
+// directory is not caught; sync_file_range is the kernel's business (no
+// durability promise, and FUSE is not told); syncfs is not passed to FUSE
+// servers. Cut is for a moment when every process that wrote the files has
+// been killed, as in a power cut. The power-loss campaign
+// (scripts/faults.sh --power-loss) puts the ledger on it; it is a test
+// tool and no binary ships it.
 package lazyfs
 
 import (
@@ -27,9 +33,10 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
-// pageSize is the unit of the unsynced overlay.
+// pageSize is the unit of the undo log.
 const pageSize = 4096
 
 // FS is a mounted lose-unsynced-writes file system.
@@ -38,7 +45,7 @@ type FS struct {
 	Dir, Backing string
 	server       *fuse.Server
 	mu           sync.Mutex
-	dirty        map[*node]struct{} // the files with unsynced writes
+	dirty        map[*node]struct{} // the files written since their last sync
 	stats        Stats
 }
 
@@ -46,7 +53,7 @@ type FS struct {
 type Stats struct {
 	Syncs        int64 // fsyncs of files that had unsynced writes
 	Cuts         int64
-	DroppedBytes int64 // unsynced bytes (whole pages) dropped by the cuts
+	DroppedBytes int64 // unsynced bytes (whole pages) undone by the cuts
 	DroppedFiles int64 // files that had unsynced writes at a cut
 }
 
@@ -88,7 +95,7 @@ func Mount(backing, dir string) (*FS, error) {
 }
 
 // Unmount unmounts the file system (the processes using it must have
-// ended). Unsynced writes are dropped, as at a cut.
+// ended). What was not synced is undone first, as at a cut.
 func (l *FS) Unmount() error {
 	l.Cut()
 	return l.server.Unmount()
@@ -101,81 +108,72 @@ func (l *FS) Stats() Stats {
 	return l.stats
 }
 
-// Cut drops every unsynced write and truncation, as a power cut would,
-// and returns how many bytes it dropped. Call it once the processes that
-// used the files are stopped (killed: a cut gives nothing a chance to
-// sync): dirty pages of a shared mmap the kernel still holds are written
-// back into the file system first, and then dropped with the rest.
+// Cut undoes every write and truncation since each file's last sync, as a
+// power cut would, and returns how many bytes (whole pages) it undid.
+// Call it once the processes that used the files are stopped (killed: a
+// cut gives nothing a chance to sync). Dirty pages of a shared mmap that
+// the kernel still holds are written back into the files first, and undone
+// with the rest; the kernel's cached pages are dropped after.
 func (l *FS) Cut() int64 {
-	l.mu.Lock()
-	nodes := make([]*node, 0, len(l.dirty))
-	for n := range l.dirty {
-		nodes = append(nodes, n)
-	}
-	l.mu.Unlock()
-	// The kernel's own copies: written back, then forgotten below.
+	nodes := l.dirtyNodes()
 	for _, n := range nodes {
-		n.NotifyContent(0, 0)
+		n.NotifyContent(0, 0) // write back what the kernel holds
 	}
-	l.mu.Lock()
-	var dropped int64
-	files := int64(0)
-	for n := range l.dirty {
-		n.mu.Lock()
-		if n.ov != nil {
-			dropped += int64(len(n.ov.pages)) * pageSize
+	var dropped, files int64
+	for _, n := range l.dirtyNodes() {
+		if b, err := n.undo(); err == nil && b >= 0 {
+			dropped += b
 			files++
-			n.ov.close()
-			n.ov = nil
 		}
-		n.mu.Unlock()
-		delete(l.dirty, n)
 		nodes = append(nodes, n)
 	}
+	for _, n := range nodes {
+		n.NotifyContent(0, 0) // the kernel's copies are of the lost writes
+	}
+	l.mu.Lock()
 	l.stats.Cuts++
 	l.stats.DroppedBytes += dropped
 	l.stats.DroppedFiles += files
 	l.mu.Unlock()
-	for _, n := range nodes {
-		n.NotifyContent(0, 0) // the kernel's cached pages and size are the lost ones
-	}
 	return dropped
 }
 
-// overlay is a file's unsynced state: its dirty pages, its logical size,
-// and how much of the backing file still holds its content (less after a
-// truncation not yet synced).
-type overlay struct {
-	pages map[int64][]byte
-	size  int64
-	base  int64
-	fd    *os.File // the backing file, open for the flush
-}
-
-func (o *overlay) close() {
-	if o.fd != nil {
-		o.fd.Close()
+func (l *FS) dirtyNodes() []*node {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*node, 0, len(l.dirty))
+	for n := range l.dirty {
+		out = append(out, n)
 	}
+	return out
 }
 
-// node is one file or directory: a loopback node with the overlay of its
-// unsynced writes (per inode, so every descriptor of a file sees them).
+// undoLog is what a file held at its last sync, where it was overwritten
+// since: the original bytes of each page first changed, and the size.
+type undoLog struct {
+	size  int64            // the file's size at its last sync
+	pages map[int64][]byte // page index -> its bytes at the last sync (up to size)
+	fd    *os.File         // the backing file, for the undo
+}
+
+// node is one file or directory: a loopback node with the undo log of its
+// unsynced writes (per inode, so every descriptor of a file shares it).
 type node struct {
 	fs.LoopbackNode
 	lfs *FS
 	mu  sync.Mutex
-	ov  *overlay
+	log *undoLog
 }
 
 func (n *node) backingPath() string {
 	return filepath.Join(n.RootData.Path, n.Path(nil))
 }
 
-// overlayLocked returns n's overlay, making it from the backing file's
-// size.
-func (n *node) overlayLocked() (*overlay, error) {
-	if n.ov != nil {
-		return n.ov, nil
+// logLocked returns n's undo log, starting one at the file's present
+// (synced) state.
+func (n *node) logLocked() (*undoLog, error) {
+	if n.log != nil {
+		return n.log, nil
 	}
 	fd, err := os.OpenFile(n.backingPath(), os.O_RDWR, 0)
 	if err != nil {
@@ -186,169 +184,133 @@ func (n *node) overlayLocked() (*overlay, error) {
 		fd.Close()
 		return nil, err
 	}
-	n.ov = &overlay{pages: map[int64][]byte{}, size: fi.Size(), base: fi.Size(), fd: fd}
+	n.log = &undoLog{size: fi.Size(), pages: map[int64][]byte{}, fd: fd}
 	n.lfs.mu.Lock()
 	n.lfs.dirty[n] = struct{}{}
 	n.lfs.mu.Unlock()
-	return n.ov, nil
+	return n.log, nil
 }
 
-// readBase fills b with the backing content at off, zeros past base
-// (and past the backing file's end).
-func (o *overlay) readBase(b []byte, off int64) error {
-	clear(b)
-	if off >= o.base {
-		return nil
-	}
-	want := b
-	if rest := o.base - off; int64(len(want)) > rest {
-		want = want[:rest]
-	}
-	if _, err := o.fd.ReadAt(want, off); err != nil && !errors.Is(err, io.EOF) {
-		return err
+// save keeps the synced bytes of the pages in [off, end) not saved yet.
+func (u *undoLog) save(off, end int64) error {
+	end = min(end, u.size)
+	for pi := off / pageSize; pi*pageSize < end; pi++ {
+		if _, ok := u.pages[pi]; ok {
+			continue
+		}
+		start := pi * pageSize
+		b := make([]byte, min(pageSize, u.size-start))
+		if _, err := u.fd.ReadAt(b, start); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		u.pages[pi] = b
 	}
 	return nil
 }
 
-func (n *node) read(fd *os.File, dest []byte, off int64) (int, error) {
+// write writes data at off into the backing file through fd, saving what
+// it overwrites first.
+func (n *node) write(fd *os.File, data []byte, off int64) (int, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	o := n.ov
-	if o == nil {
-		m, err := fd.ReadAt(dest, off)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return 0, err
-		}
-		return m, nil
-	}
-	if off >= o.size {
-		return 0, nil
-	}
-	end := min(off+int64(len(dest)), o.size)
-	for pos := off; pos < end; {
-		pi, po := pos/pageSize, pos%pageSize
-		chunk := min(pageSize-po, end-pos)
-		out := dest[pos-off : pos-off+chunk]
-		if p, ok := o.pages[pi]; ok {
-			copy(out, p[po:po+chunk])
-		} else if err := o.readBase(out, pos); err != nil {
-			return 0, err
-		}
-		pos += chunk
-	}
-	return int(end - off), nil
-}
-
-func (n *node) write(data []byte, off int64) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	o, err := n.overlayLocked()
+	u, err := n.logLocked()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	end := off + int64(len(data))
-	for pos := off; pos < end; {
-		pi, po := pos/pageSize, pos%pageSize
-		chunk := min(pageSize-po, end-pos)
-		p, ok := o.pages[pi]
-		if !ok {
-			p = make([]byte, pageSize)
-			if err := o.readBase(p, pi*pageSize); err != nil {
-				return err
-			}
-			// Bytes past the logical size are zeros, whatever the
-			// backing file still holds there.
-			if lim := o.size - pi*pageSize; lim < pageSize {
-				clear(p[max(lim, 0):])
-			}
-			o.pages[pi] = p
-		}
-		copy(p[po:po+chunk], data[pos-off:pos-off+chunk])
-		pos += chunk
+	if err := u.save(off, off+int64(len(data))); err != nil {
+		return 0, err
 	}
-	o.size = max(o.size, end)
-	return nil
+	return fd.WriteAt(data, off)
 }
 
+// truncate sets the backing file's size, saving what a shrink drops.
 func (n *node) truncate(size int64) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	o, err := n.overlayLocked()
+	u, err := n.logLocked()
 	if err != nil {
 		return err
 	}
-	if size < o.size {
-		for pi := range o.pages {
-			if pi*pageSize >= size {
-				delete(o.pages, pi)
-			}
-		}
-		if po := size % pageSize; po != 0 {
-			pi := size / pageSize
-			p, ok := o.pages[pi]
-			if !ok {
-				p = make([]byte, pageSize)
-				if err := o.readBase(p, pi*pageSize); err != nil {
-					return err
-				}
-				o.pages[pi] = p
-			}
-			clear(p[po:])
-		}
-		o.base = min(o.base, size)
+	if err := u.save(size, u.size); err != nil {
+		return err
 	}
-	o.size = size
-	return nil
+	return u.fd.Truncate(size)
 }
 
-// sync makes n's unsynced state the backing file's, durably.
+// sync makes the backing file durable and forgets its undo log.
 func (n *node) sync(fd *os.File) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	o := n.ov
-	if o == nil {
-		if fd != nil {
-			return fd.Sync()
-		}
-		return nil
+	target := fd
+	if target == nil && n.log != nil {
+		target = n.log.fd
 	}
-	// What lies between the content kept and the logical size is zeros.
-	if err := o.fd.Truncate(o.base); err != nil {
-		return err
-	}
-	if err := o.fd.Truncate(o.size); err != nil {
-		return err
-	}
-	for pi, p := range o.pages {
-		off := pi * pageSize
-		if off >= o.size {
-			continue
-		}
-		if _, err := o.fd.WriteAt(p[:min(pageSize, o.size-off)], off); err != nil {
+	if target != nil {
+		if err := target.Sync(); err != nil {
 			return err
 		}
 	}
-	if err := o.fd.Sync(); err != nil {
-		return err
+	if n.log != nil {
+		n.dropLocked()
+		n.lfs.mu.Lock()
+		n.lfs.stats.Syncs++
+		n.lfs.mu.Unlock()
 	}
-	o.close()
-	n.ov = nil
-	n.lfs.mu.Lock()
-	delete(n.lfs.dirty, n)
-	n.lfs.stats.Syncs++
-	n.lfs.mu.Unlock()
 	return nil
 }
 
-// The node's operations: open and create hand out handles that go through
-// the overlay; getattr shows the logical size; a size change is deferred.
+func (n *node) dropLocked() {
+	if n.log != nil {
+		n.log.fd.Close()
+		n.log = nil
+	}
+	n.lfs.mu.Lock()
+	delete(n.lfs.dirty, n)
+	n.lfs.mu.Unlock()
+}
+
+// undo puts the synced content back and returns how many bytes it
+// restored (-1: nothing to undo).
+func (n *node) undo() (int64, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	u := n.log
+	if u == nil {
+		return -1, nil
+	}
+	defer n.dropLocked()
+	var restored int64
+	if err := u.fd.Truncate(u.size); err != nil {
+		return 0, err
+	}
+	for pi, b := range u.pages {
+		if _, err := u.fd.WriteAt(b, pi*pageSize); err != nil {
+			return 0, err
+		}
+		restored += int64(len(b))
+	}
+	return restored, nil
+}
+
+// forget drops n's undo log: its file is gone (unlinked, or replaced by
+// a rename), or n now stands for a new file.
+func (n *node) forget() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.dropLocked()
+}
+
+// The node's operations: open and create hand out handles that log what
+// they overwrite; a size change is logged; unlink and rename forget.
 
 var (
-	_ fs.NodeOpener    = (*node)(nil)
-	_ fs.NodeCreater   = (*node)(nil)
-	_ fs.NodeGetattrer = (*node)(nil)
-	_ fs.NodeSetattrer = (*node)(nil)
-	_ fs.NodeFsyncer   = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeFsyncer        = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeCopyFileRanger = (*node)(nil)
 )
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -360,6 +322,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	var st syscall.Stat_t
+	existed := syscall.Lstat(filepath.Join(n.backingPath(), name), &st) == nil
 	in, fh, fuseFlags, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
 	if errno != 0 {
 		return nil, nil, 0, errno
@@ -368,31 +332,80 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if !ok {
 		return nil, nil, 0, syscall.EIO
 	}
+	if !existed {
+		// A new file: if the backing file system reused an inode number
+		// (and go-fuse the node), nothing of the old file's log is this
+		// one's.
+		child.forget()
+	}
 	return in, child.wrap(fh, flags), fuseFlags, 0
 }
 
 func (n *node) wrap(fh fs.FileHandle, flags uint32) fs.FileHandle {
-	var f *os.File
+	h := &handle{inner: fh, n: n, sync: flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0}
 	if pf, ok := fh.(interface{ PassthroughFd() (int, bool) }); ok {
 		// A second *os.File on a dup of the loopback's descriptor, which
 		// the loopback handle keeps and closes at release.
 		if fd, ok := pf.PassthroughFd(); ok {
 			if d, err := syscall.Dup(fd); err == nil {
-				f = os.NewFile(uintptr(d), n.backingPath())
+				h.f = os.NewFile(uintptr(d), n.backingPath())
 			}
 		}
 	}
-	return &handle{inner: fh, f: f, n: n, sync: flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0}
+	return h
 }
 
-// Statx is refused, so that the kernel asks Getattr (which knows the
-// logical size) instead.
-func (n *node) Statx(ctx context.Context, f fs.FileHandle, flags uint32, mask uint32, out *fuse.StatxOut) syscall.Errno {
-	return syscall.ENOSYS
+// childNode is the node of name in n, if the kernel has looked it up.
+func (n *node) childNode(name string) *node {
+	if in := n.GetChild(name); in != nil {
+		if c, ok := in.Operations().(*node); ok {
+			return c
+		}
+	}
+	return nil
+}
+
+// Unlink removes the file at once (a directory operation); its unsynced
+// writes go with it.
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	child := n.childNode(name)
+	errno := n.LoopbackNode.Unlink(ctx, name)
+	if errno == 0 && child != nil {
+		child.forget()
+	}
+	return errno
+}
+
+// Rename renames at once; a file it replaces loses its undo log.
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	var replaced *node
+	if np, ok := newParent.(*node); ok {
+		replaced = np.childNode(newName)
+	}
+	errno := n.LoopbackNode.Rename(ctx, name, newParent, newName, flags)
+	if errno == 0 && replaced != nil && flags&unix.RENAME_EXCHANGE == 0 {
+		replaced.forget()
+	}
+	return errno
+}
+
+// Setattr logs a size change before it is made.
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if size, ok := in.GetSize(); ok {
+		if err := n.truncate(int64(size)); err != nil {
+			return fs.ToErrno(err)
+		}
+		in.Valid &^= fuse.FATTR_SIZE
+	}
+	return n.LoopbackNode.Setattr(ctx, nil, in, out)
+}
+
+func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	return fs.ToErrno(n.sync(nil))
 }
 
 // CopyFileRange is refused: the kernel then copies by read and write,
-// through the overlay.
+// which the log sees.
 func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64, out *fs.Inode, fhOut fs.FileHandle,
 	offOut uint64, size uint64, flags uint64) (uint32, syscall.Errno) {
 	return 0, syscall.ENOSYS
@@ -403,53 +416,8 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	return nil, nil, 0, syscall.EOPNOTSUPP
 }
 
-// Lookup shows a file with unsynced writes at its logical size.
-func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	in, errno := n.LoopbackNode.Lookup(ctx, name, out)
-	if errno == 0 {
-		if child, ok := in.Operations().(*node); ok {
-			child.logicalSize(&out.Attr)
-		}
-	}
-	return in, errno
-}
-
-func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if errno := n.LoopbackNode.Getattr(ctx, nil, out); errno != 0 {
-		return errno
-	}
-	n.logicalSize(&out.Attr)
-	return 0
-}
-
-func (n *node) logicalSize(a *fuse.Attr) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ov != nil {
-		a.Size = uint64(n.ov.size)
-		a.Blocks = (a.Size + 511) / 512
-	}
-}
-
-func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if size, ok := in.GetSize(); ok {
-		if err := n.truncate(int64(size)); err != nil {
-			return fs.ToErrno(err)
-		}
-		in.Valid &^= fuse.FATTR_SIZE
-	}
-	if errno := n.LoopbackNode.Setattr(ctx, nil, in, out); errno != 0 {
-		return errno
-	}
-	n.logicalSize(&out.Attr)
-	return 0
-}
-
-func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
-	return fs.ToErrno(n.sync(nil))
-}
-
-// handle is an open file: reads and writes through its node's overlay.
+// handle is an open file: reads go to the backing file, writes through
+// its node's log.
 type handle struct {
 	inner fs.FileHandle
 	f     *os.File
@@ -464,33 +432,30 @@ var (
 	_ fs.FileReleaser  = (*handle)(nil)
 	_ fs.FileGetattrer = (*handle)(nil)
 	_ fs.FileFlusher   = (*handle)(nil)
-	_ fs.FileGetlker   = (*handle)(nil)
-	_ fs.FileSetlker   = (*handle)(nil)
-	_ fs.FileSetlkwer  = (*handle)(nil)
 	_ fs.FileAllocater = (*handle)(nil)
 )
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	if h.f == nil {
-		return nil, syscall.EBADF
+	if r, ok := h.inner.(fs.FileReader); ok {
+		return r.Read(ctx, dest, off)
 	}
-	m, err := h.n.read(h.f, dest, off)
-	if err != nil {
-		return nil, fs.ToErrno(err)
-	}
-	return fuse.ReadResultData(dest[:m]), 0
+	return nil, syscall.EBADF
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	if err := h.n.write(data, off); err != nil {
-		return 0, fs.ToErrno(err)
+	if h.f == nil {
+		return 0, syscall.EBADF
+	}
+	m, err := h.n.write(h.f, data, off)
+	if err != nil {
+		return uint32(m), fs.ToErrno(err)
 	}
 	if h.sync {
 		if err := h.n.sync(h.f); err != nil {
 			return 0, fs.ToErrno(err)
 		}
 	}
-	return uint32(len(data)), 0
+	return uint32(m), 0
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
@@ -516,47 +481,25 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 
 func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 	if g, ok := h.inner.(fs.FileGetattrer); ok {
-		if errno := g.Getattr(ctx, out); errno != 0 {
-			return errno
-		}
+		return g.Getattr(ctx, out)
 	}
-	h.n.logicalSize(&out.Attr)
-	return 0
+	return syscall.ENOSYS
 }
 
-// Locks (SQLite's and PostgreSQL's) are the backing file's.
-func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
-	if l, ok := h.inner.(fs.FileGetlker); ok {
-		return l.Getlk(ctx, owner, lk, flags, out)
-	}
-	return syscall.ENOTSUP
-}
-
-func (h *handle) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	if l, ok := h.inner.(fs.FileSetlker); ok {
-		return l.Setlk(ctx, owner, lk, flags)
-	}
-	return syscall.ENOTSUP
-}
-
-func (h *handle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	if l, ok := h.inner.(fs.FileSetlkwer); ok {
-		return l.Setlkw(ctx, owner, lk, flags)
-	}
-	return syscall.ENOTSUP
-}
-
-// Allocate extends the logical size (mode 0), unsynced like a write of
-// zeros; other modes are not supported.
+// Allocate logs what a change of size may drop, then allocates (mode 0
+// only extends: nothing to save).
 func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
 	if mode != 0 {
 		return syscall.EOPNOTSUPP
 	}
 	h.n.mu.Lock()
-	o, err := h.n.overlayLocked()
-	if err == nil && int64(off+size) > o.size {
-		o.size = int64(off + size)
-	}
+	_, err := h.n.logLocked()
 	h.n.mu.Unlock()
-	return fs.ToErrno(err)
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	if a, ok := h.inner.(fs.FileAllocater); ok {
+		return a.Allocate(ctx, off, size, mode)
+	}
+	return syscall.EOPNOTSUPP
 }
