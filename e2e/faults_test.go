@@ -622,6 +622,14 @@ func (c *campaign) faults(ctx context.Context) {
 // moments, with the jobs and the operators running between (and cut down
 // with everything else).
 func (c *campaign) powerFaults(ctx context.Context, jobs *sync.WaitGroup) {
+	// Every run has a cut under load, at a seeded moment between 1 and
+	// 2.5 s in: the control must not pass for want of one.
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(time.Duration(1000+c.intn(1500)) * time.Millisecond):
+		c.powerCut()
+	}
 	for {
 		select {
 		case <-ctx.Done():

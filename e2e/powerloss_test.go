@@ -86,16 +86,7 @@ func (c *campaign) setUpPowerLoss() {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, err
 		}
-		l, err := lazyfs.Mount(backing, dir)
-		if err != nil {
-			return nil, err
-		}
-		t.Cleanup(func() {
-			if err := l.Unmount(); err != nil {
-				t.Errorf("seed %d: unmount %s: %v", c.seed, dir, err)
-			}
-		})
-		return l, nil
+		return lazyfs.Mount(backing, dir)
 	}
 	switch *fLedger {
 	case "sqlite":
@@ -107,11 +98,14 @@ func (c *campaign) setUpPowerLoss() {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { c.unmount() })
 		c.lfs = l
 		c.db = filepath.Join(l.Dir, "relay.db")
 	case "postgres":
+		// The mount point beside the data directory, in the cluster's own
+		// directory, where the server's account may go.
 		opts := pgtest.Options{DataOn: func(data string) (string, error) {
-			l, err := mount(data, filepath.Join(c.dir, "pgdata"))
+			l, err := mount(data, data+"-lazyfs")
 			if err != nil {
 				return "", err
 			}
@@ -125,8 +119,14 @@ func (c *campaign) setUpPowerLoss() {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(pg.Remove)
 		c.pg = pg
+		t.Cleanup(func() {
+			// The server first, then the file system under it, then the
+			// cluster's directory.
+			pg.StopServer("immediate")
+			c.unmount()
+			pg.Remove()
+		})
 		name, err := pg.NewDatabase()
 		if err != nil {
 			t.Fatal(err)
@@ -138,6 +138,22 @@ func (c *campaign) setUpPowerLoss() {
 	if *fSynchronous != "full" {
 		c.dbFlags = append(c.dbFlags, "--synchronous", *fSynchronous)
 	}
+}
+
+// unmount unmounts the ledger's file system at the end of the run (its
+// processes stopped: the test's own stop them as it ends).
+func (c *campaign) unmount() {
+	if c.lfs == nil {
+		return
+	}
+	var err error
+	for i := 0; i < 50; i++ { // the processes' last file releases may lag their exit
+		if err = c.lfs.Unmount(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.t.Errorf("seed %d: unmount %s: %v", c.seed, c.lfs.Dir, err)
 }
 
 // powerCut is one power cut of the relay's host: every relay, job and

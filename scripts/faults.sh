@@ -74,7 +74,7 @@ control() {
   local clog
   clog=$(mktemp /tmp/dedup-faults-control.XXXXXX)
   set +e
-  runs=1 campaign -faults.synchronous=normal >"$clog" 2>&1
+  runs=2 campaign -faults.synchronous=normal >"$clog" 2>&1
   local cstatus=$?
   set -e
   summary <"$clog"

@@ -5,7 +5,8 @@
 # etcd and three Patroni nodes), the end-to-end tests again on a PostgreSQL
 # ledger, the protocol's model check (SPIN), the Debian packages installed,
 # upgraded and purged (root), the alert rules' unit tests, and short fault
-# campaigns on both ledgers, over TLS and on the HA ledger. Clusters are
+# campaigns on both ledgers, with power cuts (and their controls, which
+# must lose transfers), over TLS and on the HA ledger. Clusters are
 # started by the tests themselves (throwaway, on free loopback ports or in
 # network namespaces) and removed at the end.
 set -euo pipefail
@@ -57,6 +58,10 @@ echo "== short fault campaign (SQLite)"
 scripts/faults.sh --short
 echo "== short fault campaign (PostgreSQL, with database crashes)"
 scripts/faults.sh --short --ledger postgres
+echo "== short power-loss campaign (SQLite on a file system that loses unsynced writes), and its control"
+scripts/faults.sh --power-loss --short
+echo "== short power-loss campaign (PostgreSQL's data directory on it), and its control"
+scripts/faults.sh --power-loss --short --ledger postgres
 echo "== short fault campaign over TLS (channels over mutual TLS, the core over https)"
 scripts/faults.sh --short --tls
 echo "== short fault campaign on the HA ledger (etcd and three Patroni nodes; failovers)"
