@@ -39,16 +39,16 @@ CREATE INDEX IF NOT EXISTS tx_event_proposals ON tx_event (id) WHERE action='pro
 -- proposer" is checked here, so psql users are bound by the same rule as
 -- settle. The functions run as the schema owner (SECURITY DEFINER) with a
 -- pinned search_path and every table schema-qualified. The owner (or a
--- superuser) may call them too, but only naming the person that sudo
--- authenticated on its host (p_sudo_name, p_sudo_uid: settle through
--- sudo -u dedup); the owner can change the ledger directly anyway and is
--- trusted. Refusals raise SQLSTATE DD001 (the ledger's state refuses it)
+-- superuser) may call them too, but only naming the person that its
+-- binary authenticated (p_vouched: the account sudo authenticated for
+-- settle through sudo -u dedup, or the certificate the console verified);
+-- the owner can change the ledger directly anyway and is trusted. Refusals raise SQLSTATE DD001 (the ledger's state refuses it)
 -- or DD002 (what was given is wrong); nothing is written then, but an
 -- expiry, which is recorded.
 
 -- public.dedup_settle_person is the caller as the record names them (not
 -- executable by operators: the three functions call it as the owner).
-CREATE OR REPLACE FUNCTION public.dedup_settle_person(p_host text, p_sudo_name text, p_sudo_uid integer)
+CREATE OR REPLACE FUNCTION public.dedup_settle_person(p_host text, p_vouched jsonb)
 RETURNS jsonb LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   v_owner boolean;
@@ -56,11 +56,14 @@ BEGIN
   SELECT pg_has_role(session_user, c.relowner, 'MEMBER') INTO v_owner
     FROM pg_class c WHERE c.oid = 'public.tx'::regclass;
   IF v_owner THEN
-    IF p_sudo_name IS NULL OR p_sudo_uid IS NULL OR p_sudo_name = '' THEN
-      RAISE EXCEPTION 'the ledger''s owner (%) decides nothing by itself: an operator runs settle through sudo (sudo -u dedup settle ...) or connects as their own role', session_user
+    IF p_vouched IS NULL OR coalesce(p_vouched->>'name', '') = '' OR coalesce(p_vouched->>'auth', '') NOT IN ('sudo', 'cert') THEN
+      RAISE EXCEPTION 'the ledger''s owner (%) decides nothing by itself: an operator runs settle through sudo (sudo -u dedup settle ...), connects as their own role, or uses the console with their certificate', session_user
         USING ERRCODE = 'DD001';
     END IF;
-    RETURN jsonb_build_object('auth', 'sudo', 'name', p_sudo_name, 'uid', p_sudo_uid, 'host', coalesce(p_host, ''));
+    IF p_vouched->>'auth' = 'sudo' THEN
+      RETURN jsonb_build_object('auth', 'sudo', 'name', p_vouched->>'name', 'uid', (p_vouched->>'uid')::integer, 'host', coalesce(p_host, ''));
+    END IF;
+    RETURN jsonb_build_object('auth', 'cert', 'name', p_vouched->>'name', 'serial', coalesce(p_vouched->>'serial', ''), 'host', coalesce(p_host, ''));
   END IF;
   RETURN jsonb_build_object('auth', 'pg', 'name', session_user::text, 'host', coalesce(p_host, ''));
 END
@@ -71,6 +74,7 @@ CREATE OR REPLACE FUNCTION public.dedup_settle_actor(p jsonb)
 RETURNS text LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
   SELECT CASE p->>'auth'
     WHEN 'sudo' THEN format('settle:%s(sudo uid %s)@%s', p->>'name', p->>'uid', p->>'host')
+    WHEN 'cert' THEN format('console:%s(cert %s)@%s', p->>'name', p->>'serial', p->>'host')
     ELSE format('settle:pg:%s@%s', p->>'name', p->>'host') END
 $fn$;
 
@@ -122,10 +126,10 @@ $fn$;
 -- change) and returns its id.
 CREATE OR REPLACE FUNCTION public.dedup_settle_propose(p_guid text, p_as text, p_reason text,
   p_core_ref text, p_balance bigint, p_processed_at text,
-  p_host text, p_sudo_name text DEFAULT NULL, p_sudo_uid integer DEFAULT NULL)
+  p_host text, p_vouched jsonb DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET TimeZone = 'UTC' AS $fn$
 DECLARE
-  v_person jsonb := public.dedup_settle_person(p_host, p_sudo_name, p_sudo_uid);
+  v_person jsonb := public.dedup_settle_person(p_host, p_vouched);
   v_row public.tx;
   v_detail jsonb;
   v_t record;
@@ -202,11 +206,11 @@ $fn$;
 -- is open and younger than 24 hours and the row is exactly as proposed.
 -- outcome is 'approved', or 'expired' (recorded; the row unchanged).
 CREATE OR REPLACE FUNCTION public.dedup_settle_approve(p_id bigint, p_reason text,
-  p_host text, p_sudo_name text DEFAULT NULL, p_sudo_uid integer DEFAULT NULL,
+  p_host text, p_vouched jsonb DEFAULT NULL,
   OUT outcome text, OUT guid text, OUT state text, OUT rsp_code text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET TimeZone = 'UTC' AS $fn$
 DECLARE
-  v_person jsonb := public.dedup_settle_person(p_host, p_sudo_name, p_sudo_uid);
+  v_person jsonb := public.dedup_settle_person(p_host, p_vouched);
   v_d record;
   v_row public.tx;
   v_t record;
@@ -239,10 +243,10 @@ $fn$;
 -- public.dedup_settle_reject closes proposal p_id without changing the row, for
 -- a person other than its proposer.
 CREATE OR REPLACE FUNCTION public.dedup_settle_reject(p_id bigint, p_reason text,
-  p_host text, p_sudo_name text DEFAULT NULL, p_sudo_uid integer DEFAULT NULL)
+  p_host text, p_vouched jsonb DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET TimeZone = 'UTC' AS $fn$
 DECLARE
-  v_person jsonb := public.dedup_settle_person(p_host, p_sudo_name, p_sudo_uid);
+  v_person jsonb := public.dedup_settle_person(p_host, p_vouched);
   v_d record;
 BEGIN
   IF coalesce(p_reason, '') = '' THEN
@@ -255,12 +259,12 @@ BEGIN
 END
 $fn$;
 
-REVOKE ALL ON FUNCTION public.dedup_settle_person(text, text, integer), public.dedup_settle_actor(jsonb),
+REVOKE ALL ON FUNCTION public.dedup_settle_person(text, jsonb), public.dedup_settle_actor(jsonb),
   public.dedup_settle_same(jsonb, jsonb), public.dedup_settle_target(text, public.tx, jsonb),
   public.dedup_settle_decision(bigint, jsonb, text),
-  public.dedup_settle_propose(text, text, text, text, bigint, text, text, text, integer),
-  public.dedup_settle_approve(bigint, text, text, text, integer),
-  public.dedup_settle_reject(bigint, text, text, text, integer) FROM PUBLIC;
+  public.dedup_settle_propose(text, text, text, text, bigint, text, text, jsonb),
+  public.dedup_settle_approve(bigint, text, text, jsonb),
+  public.dedup_settle_reject(bigint, text, text, jsonb) FROM PUBLIC;
 
 -- The operators' role: made here if the owner may create roles, else by
 -- the database's administrator (CREATE ROLE dedup_operator NOLOGIN); its
@@ -276,9 +280,9 @@ BEGIN
   END IF;
   IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'dedup_operator') THEN
     GRANT SELECT ON public.tx, public.tx_event TO dedup_operator;
-    GRANT EXECUTE ON FUNCTION public.dedup_settle_propose(text, text, text, text, bigint, text, text, text, integer),
-      public.dedup_settle_approve(bigint, text, text, text, integer),
-      public.dedup_settle_reject(bigint, text, text, text, integer) TO dedup_operator;
+    GRANT EXECUTE ON FUNCTION public.dedup_settle_propose(text, text, text, text, bigint, text, text, jsonb),
+      public.dedup_settle_approve(bigint, text, text, jsonb),
+      public.dedup_settle_reject(bigint, text, text, jsonb) TO dedup_operator;
   END IF;
 END
 $do$;

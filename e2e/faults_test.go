@@ -139,6 +139,8 @@ type campaign struct {
 	lfs       *lazyfs.FS
 	kids      children
 	integrity []string
+
+	operatorRoles sync.Once // the PostgreSQL roles of the operators, made at the first decision
 }
 
 func (c *campaign) intn(n int) int {
@@ -1106,11 +1108,26 @@ func (c *campaign) settleAction() {
 // as the ledger's owner, as the runbook says) and returns its output and
 // exit status; a usage error (exit 2) is a bug of the campaign or of
 // settle.
+//
+// On a PostgreSQL ledger of the run's own (not the HA one) each operator
+// connects as a role of their own instead, a member of dedup_operator,
+// and the database decides who they are.
 func (c *campaign) settleRun(who string, args ...string) (string, int) {
-	ownLedger(c.t, c.db)
-	argv := append(append([]string{bin("settle"), "--db", c.db}, c.dbFlags...), args...)
-	cmd := exec.Command("runuser", append([]string{"-u", who, "--", "sudo", "-S", "-p", "", "-u", ledgerOwner}, argv...)...)
-	cmd.Stdin = strings.NewReader("pw-" + who + "\n")
+	var cmd *exec.Cmd
+	if c.pg != nil {
+		c.operatorRoles.Do(func() {
+			for _, r := range []string{kim, lee} {
+				pgtest.Exec(c.t, c.db, "CREATE ROLE "+r+" LOGIN IN ROLE dedup_operator")
+			}
+		})
+		db := strings.Replace(c.db, "postgres://postgres@", "postgres://"+who+"@", 1)
+		cmd = exec.Command(bin("settle"), append(append([]string{"--db", db}, c.dbFlags...), args...)...)
+	} else {
+		ownLedger(c.t, c.db)
+		argv := append(append([]string{bin("settle"), "--db", c.db}, c.dbFlags...), args...)
+		cmd = exec.Command("runuser", append([]string{"-u", who, "--", "sudo", "-S", "-p", "", "-u", ledgerOwner}, argv...)...)
+		cmd.Stdin = strings.NewReader("pw-" + who + "\n")
+	}
 	var outBuf strings.Builder
 	cmd.Stdout, cmd.Stderr = &outBuf, &outBuf
 	cut, err := c.runChild(cmd)

@@ -3,10 +3,13 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"os/user"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/icmd"
 
+	"dedup/internal/pgtest"
 	"dedup/lhstd"
 )
 
@@ -269,4 +273,59 @@ func TestSettleRefusalsUsageAndRacingApprovals(t *testing.T) {
 	assert.NilError(t, db.QueryRow("SELECT count(*) FROM tx_event WHERE action='approve'").Scan(&approvals))
 	assert.Equal(t, approvals, 1)
 	assert.Equal(t, getRow(t, db, gU).State.String, "FAILED")
+}
+
+// On PostgreSQL each operator is a role of their own, a member of
+// dedup_operator, and the database decides: kim's own approval is refused
+// by the database whatever she claims, lee's is accepted, and kim's role
+// can neither change a row, nor forge an event, nor delete one. Runs on
+// a database of its own in the shared cluster, whichever ledger the other
+// tests use.
+func TestSettleAsPostgresRoles(t *testing.T) {
+	t.Parallel()
+	owner := pgtest.SharedDatabase(t)
+	r := startRelay(t, owner, startCore(t).url) // the owner's binary applies the schema
+	r.stop(t, syscall.SIGTERM)
+	db := openDB(t, owner)
+	g := newGUID()
+	insert(t, db, g, "UNKNOWN", "E901", telegram(t, g), nil, 1, "-600 seconds")
+	suffix := fmt.Sprintf("_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	as := map[string]string{}
+	for _, who := range []string{"kim", "lee"} {
+		role := who + suffix
+		pgtest.Exec(t, owner, "CREATE ROLE "+role+" LOGIN IN ROLE dedup_operator")
+		t.Cleanup(func() { pgtest.Exec(t, owner, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
+		as[who] = strings.Replace(owner, "postgres://postgres@", "postgres://"+role+"@", 1)
+	}
+	run := func(who string, env []string, args ...string) *icmd.Result {
+		res := icmd.RunCmd(icmd.Command(bin("settle"), append([]string{"--db", as[who]}, args...)...),
+			icmd.WithTimeout(60*time.Second), icmd.WithEnv(append(os.Environ(), env...)...))
+		t.Logf("settle (role %s) %v: exit %d\n%s%s", who, args, res.ExitCode, res.Stdout(), res.Stderr())
+		return res
+	}
+	res := run("kim", nil, "propose", g, "--as", "not-applied", "--reason", "INC-9")
+	res.Assert(t, icmd.Success)
+	m := proposedRE.FindStringSubmatch(lastLine(res.Stdout()))
+	assert.Assert(t, m != nil, res.Stdout())
+	for _, env := range [][]string{nil, {"SUDO_USER=" + lee, "SUDO_UID=" + uidOf(t, lee)}} {
+		res = run("kim", env, "approve", m[1])
+		assert.Check(t, is.Equal(res.ExitCode, 1), "kim approved her own proposal (env %v)", env)
+		assert.Check(t, strings.Contains(res.Stderr(), "needs another person's approval"), res.Stderr())
+	}
+	assert.Equal(t, getRow(t, db, g).State.String, "UNKNOWN")
+	for _, q := range []string{
+		"UPDATE tx SET state='FAILED', rsp_code='E902' WHERE guid='" + g + "'",
+		"INSERT INTO tx_event(guid, actor, action, detail) VALUES('" + g + "', 'settle:pg:someone@h', 'propose', '{}')",
+		"DELETE FROM tx WHERE guid='" + g + "'",
+	} {
+		out, err := exec.Command("psql", as["kim"], "-v", "ON_ERROR_STOP=1", "-c", q).CombinedOutput()
+		assert.Check(t, err != nil && strings.Contains(string(out), "permission denied"), "%s: %v %s", q, err, out)
+	}
+	run("lee", nil, "approve", m[1], "--reason", "confirmed").Assert(t, icmd.Success)
+	row := getRow(t, db, g)
+	assert.Check(t, is.Equal(row.State.String+"/"+row.RspCode.String, "FAILED/E902"))
+	ins := icmd.RunCmd(icmd.Command(bin("inspect"), "--db", as["lee"], g))
+	ins.Assert(t, icmd.Success)
+	assert.Check(t, strings.Contains(ins.Stdout(), "propose by settle:pg:kim"+suffix+"@"), ins.Stdout())
+	assert.Check(t, strings.Contains(ins.Stdout(), "approve by settle:pg:lee"+suffix+"@"), ins.Stdout())
 }

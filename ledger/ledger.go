@@ -336,11 +336,16 @@ type Proposed struct {
 	ProcessedAt string
 }
 
-// SudoPerson is the person sudo authenticated on this host: the account
-// that ran "sudo -u dedup settle ...", by name and uid.
-type SudoPerson struct {
-	Name string
-	UID  int
+// Vouched is a person that the calling binary authenticated itself and
+// names to the database: the account sudo authenticated for "sudo -u dedup
+// settle ..." (Auth "sudo", with its uid), or the certificate the console
+// verified (Auth "cert", with its serial number). The database takes it
+// only from a session of the schema's owner (docs/security.md).
+type Vouched struct {
+	Auth   string `json:"auth"`
+	Name   string `json:"name"`
+	UID    int    `json:"uid,omitempty"`
+	Serial string `json:"serial,omitempty"`
 }
 
 // Decided is what a decision through a Desk did.
@@ -355,11 +360,12 @@ type Decided struct {
 // inside the database (PostgreSQL: the SECURITY DEFINER functions of
 // schema_postgres.sql), so that it binds every client, psql included. The
 // person is the database's own: session_user, or, only when the session is
-// the schema's owner, sudo (nil otherwise). host labels the actor.
+// the schema's owner, the one its binary vouches for (nil: none). host
+// labels the actor.
 // Refusals wrap ErrRefused or ErrUsage; nothing is written then but an
 // expiry.
 type Desk interface {
-	ProposeInLedger(ctx context.Context, p Proposed, host string, sudo *SudoPerson) (id int64, err error)
-	ApproveInLedger(ctx context.Context, id int64, reason, host string, sudo *SudoPerson) (Decided, error)
-	RejectInLedger(ctx context.Context, id int64, reason, host string, sudo *SudoPerson) error
+	ProposeInLedger(ctx context.Context, p Proposed, host string, vouched *Vouched) (id int64, err error)
+	ApproveInLedger(ctx context.Context, id int64, reason, host string, vouched *Vouched) (Decided, error)
+	RejectInLedger(ctx context.Context, id int64, reason, host string, vouched *Vouched) error
 }

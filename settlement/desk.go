@@ -37,17 +37,17 @@ func DeskFor(l ledger.Ledger) Desk {
 type goDesk struct{ l ledger.Ledger }
 
 // dbDesk calls the database's functions (PostgreSQL). who is passed only
-// as sudo authenticated it; the database takes session_user instead unless
-// the session is the schema's owner.
+// as its binary authenticated it (sudo, a certificate); the database takes
+// session_user instead unless the session is the schema's owner.
 type dbDesk struct{ d ledger.Desk }
 
-func (d dbDesk) args(who Person) (string, *ledger.SudoPerson) {
+func (d dbDesk) args(who Person) (string, *ledger.Vouched) {
 	host := who.Host
 	if host == "" {
 		host = Hostname()
 	}
-	if who.Auth == AuthSudo {
-		return host, &ledger.SudoPerson{Name: who.Name, UID: who.UID}
+	if who.Auth == AuthSudo || who.Auth == AuthCertificate {
+		return host, &ledger.Vouched{Auth: who.Auth, Name: who.Name, UID: who.UID, Serial: who.Serial}
 	}
 	return host, nil
 }

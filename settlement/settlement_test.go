@@ -67,6 +67,11 @@ func sqliteOffice(t *testing.T) *office {
 
 var roleSeq atomic.Int64
 
+// certPerson is a person as the console knows them: by certificate.
+func certPerson(name, serial string) settlement.Person {
+	return settlement.Person{Auth: settlement.AuthCertificate, Name: name, Serial: serial, Host: "h1"}
+}
+
 // postgresOffice is a PostgreSQL ledger; asRoles: kim and lee connect as
 // roles of their own (members of dedup_operator), else as the owner
 // through sudo.
@@ -109,6 +114,16 @@ var offices = []struct {
 	{"sqlite", sqliteOffice},
 	{"postgres-owner-through-sudo", func(t *testing.T) *office { return postgresOffice(t, false) }},
 	{"postgres-operator-roles", func(t *testing.T) *office { return postgresOffice(t, true) }},
+	{"postgres-owner-through-the-console", func(t *testing.T) *office {
+		o := postgresOffice(t, false)
+		o.person["kim"], o.person["lee"] = certPerson("kim", "1F"), certPerson("lee", "2E")
+		return o
+	}},
+	{"sqlite-through-the-console", func(t *testing.T) *office {
+		o := sqliteOffice(t)
+		o.person["kim"], o.person["lee"] = certPerson("kim", "1F"), certPerson("lee", "2E")
+		return o
+	}},
 }
 
 var guidSeq atomic.Int64
@@ -161,8 +176,11 @@ func TestFourEyesOnEveryDesk(t *testing.T) {
 			o := of.open(t)
 			kim, lee := o.person["kim"], o.person["lee"]
 			wantKim, wantLee := "settle:kim(sudo uid 1001)@h1", "settle:lee(sudo uid 1002)@h1"
-			if strings.HasSuffix(of.name, "roles") {
+			switch {
+			case strings.HasSuffix(of.name, "roles"):
 				wantKim, wantLee = "settle:pg:kim_", "settle:pg:lee_"
+			case strings.HasSuffix(of.name, "console"):
+				wantKim, wantLee = "console:kim(cert 1F)@h1", "console:lee(cert 2E)@h1"
 			}
 			gN, gA, gX := newGUID(), newGUID(), newGUID()
 			reqA, reqX := request(t, gA), request(t, gX)
@@ -301,7 +319,7 @@ func TestOperatorRoleCanOnlyCallTheFunctions(t *testing.T) {
 		"INSERT INTO tx_event(guid, actor, action, detail) VALUES('" + g + "', 'settle:pg:lee@h1', 'propose', '{}')",
 		"DELETE FROM tx WHERE guid='" + g + "'",
 		"DELETE FROM tx_event",
-		"SELECT public.dedup_settle_person('h1', 'lee', 1002)",
+		`SELECT public.dedup_settle_person('h1', '{"auth":"sudo","name":"lee","uid":1002}')`,
 		"CREATE TABLE public.shadow(x int)",
 	} {
 		_, err := c.Exec(ctx, q)

@@ -152,7 +152,7 @@ var SchemaVersion = func() string {
 
 // approveFunction is dedup_settle_approve's signature, as the catalog
 // names it.
-const approveFunction = "public.dedup_settle_approve(bigint,text,text,text,integer)"
+const approveFunction = "public.dedup_settle_approve(bigint,text,text,jsonb)"
 
 // prepare applies the schema if this session's role owns it (or may create
 // it), and otherwise checks that it is there and current and applies

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -15,13 +16,14 @@ import (
 
 var _ ledger.Desk = (*Ledger)(nil)
 
-// sudoArgs are a SudoPerson as the functions' last two arguments (NULLs
+// vouchedArg is a Vouched as the functions' last argument (jsonb; NULL
 // for none).
-func sudoArgs(s *ledger.SudoPerson) (name, uid any) {
-	if s == nil {
-		return nil, nil
+func vouchedArg(v *ledger.Vouched) any {
+	if v == nil {
+		return nil
 	}
-	return s.Name, s.UID
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 // optional is "" as NULL.
@@ -77,25 +79,23 @@ func (l *Ledger) call(ctx context.Context, what, sql string, scan []any, args ..
 }
 
 // ProposeInLedger records a proposal through dedup_settle_propose.
-func (l *Ledger) ProposeInLedger(ctx context.Context, p ledger.Proposed, host string, sudo *ledger.SudoPerson) (int64, error) {
-	name, uid := sudoArgs(sudo)
+func (l *Ledger) ProposeInLedger(ctx context.Context, p ledger.Proposed, host string, vouched *ledger.Vouched) (int64, error) {
 	var balance any
 	if p.Balance != nil {
 		balance = *p.Balance
 	}
 	var id int64
-	err := l.call(ctx, "propose "+p.GUID, "SELECT public.dedup_settle_propose($1, $2, $3, $4, $5, $6, $7, $8, $9)", []any{&id},
-		p.GUID, p.As, p.Reason, optional(p.CoreRef), balance, optional(p.ProcessedAt), host, name, uid)
+	err := l.call(ctx, "propose "+p.GUID, "SELECT public.dedup_settle_propose($1, $2, $3, $4, $5, $6, $7, $8::jsonb)", []any{&id},
+		p.GUID, p.As, p.Reason, optional(p.CoreRef), balance, optional(p.ProcessedAt), host, vouchedArg(vouched))
 	return id, err
 }
 
 // ApproveInLedger approves a proposal through dedup_settle_approve.
-func (l *Ledger) ApproveInLedger(ctx context.Context, id int64, reason, host string, sudo *ledger.SudoPerson) (ledger.Decided, error) {
-	name, uid := sudoArgs(sudo)
+func (l *Ledger) ApproveInLedger(ctx context.Context, id int64, reason, host string, vouched *ledger.Vouched) (ledger.Decided, error) {
 	var outcome string
 	var guid, state, code *string
-	err := l.call(ctx, fmt.Sprintf("approve proposal %d", id), "SELECT outcome, guid, state, rsp_code FROM public.dedup_settle_approve($1, $2, $3, $4, $5)",
-		[]any{&outcome, &guid, &state, &code}, id, reason, host, name, uid)
+	err := l.call(ctx, fmt.Sprintf("approve proposal %d", id), "SELECT outcome, guid, state, rsp_code FROM public.dedup_settle_approve($1, $2, $3, $4::jsonb)",
+		[]any{&outcome, &guid, &state, &code}, id, reason, host, vouchedArg(vouched))
 	if err != nil {
 		return ledger.Decided{}, err
 	}
@@ -113,8 +113,7 @@ func (l *Ledger) ApproveInLedger(ctx context.Context, id int64, reason, host str
 }
 
 // RejectInLedger rejects a proposal through dedup_settle_reject.
-func (l *Ledger) RejectInLedger(ctx context.Context, id int64, reason, host string, sudo *ledger.SudoPerson) error {
-	name, uid := sudoArgs(sudo)
-	return l.call(ctx, fmt.Sprintf("reject proposal %d", id), "SELECT public.dedup_settle_reject($1, $2, $3, $4, $5)::text", nil,
-		id, reason, host, name, uid)
+func (l *Ledger) RejectInLedger(ctx context.Context, id int64, reason, host string, vouched *ledger.Vouched) error {
+	return l.call(ctx, fmt.Sprintf("reject proposal %d", id), "SELECT public.dedup_settle_reject($1, $2, $3, $4::jsonb)::text", nil,
+		id, reason, host, vouchedArg(vouched))
 }
