@@ -154,9 +154,9 @@ var SchemaVersion = func() string {
 // names it.
 const approveFunction = "public.dedup_settle_approve(bigint,text,text,jsonb)"
 
-// prepare applies the schema if this session's role owns it (or may create
-// it), and otherwise checks that it is there and current and applies
-// nothing: an operator's role may read and call the settle functions, not
+// prepare applies the schema if it is not current and this session's role
+// owns it (or may create it), and otherwise checks that it is there and
+// current and applies nothing: an operator's role may read and call the settle functions, not
 // run DDL (docs/security.md). The first connection also proves that the
 // database is reachable and its sessions durable (durableSession).
 func (l *Ledger) prepare(ctx context.Context) error {
@@ -174,6 +174,13 @@ current_user::text`).Scan(&exists, &owner, &role); err != nil {
 	}
 	if exists && !owner {
 		return checkSchema(ctx, c, role)
+	}
+	if exists && checkSchema(ctx, c, role) == nil {
+		// Current already: nothing to write. (Re-creating the functions
+		// would write the catalog, and a commit that must wait for a
+		// synchronous standby that is down would keep every binary from
+		// opening the ledger.)
+		return nil
 	}
 	tx, err := c.Begin(ctx)
 	if err != nil {
