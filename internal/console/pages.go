@@ -349,7 +349,7 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request, o operator) {
 	}
 	d := inspection.Decode(*row)
 	s.render(w, "transfer", &o, map[string]any{"Row": d, "Age": row.Age, "Events": inspection.Events(evs), "Open": mine,
-		"CanApply": row.State == dedup.StateUnknown,
+		"CanApply":   row.State == dedup.StateUnknown,
 		"CanAbandon": row.State == dedup.StateFailed && row.RspCode == dedup.CodeNotSent})
 }
 
