@@ -9,6 +9,10 @@
 #   mob.pem, mob-key.pem        a channel gateway allowed to send as MOB
 #                               (URI SAN urn:dedup:channel:MOB)
 #   ibk.pem, ibk-key.pem        one allowed to send as IBK only
+#   kim.pem, lee.pem (+ -key.pem, .p12)  operators of the console (URI SANs
+#                               urn:dedup:operator:NAME, urn:dedup:role:operator);
+#                               the .p12 bundles (password "demo") import into a browser
+#   vic.pem (+ -key.pem, .p12)  a viewer of the console (urn:dedup:role:viewer)
 #
 # The same commands, with a bank's own CA, issue production certificates
 # (README "Certificates").
@@ -40,5 +44,15 @@ issue mob mob-gw-01 "subjectAltName=URI:urn:dedup:channel:MOB
 extendedKeyUsage=clientAuth"
 issue ibk ibk-gw-01 "subjectAltName=URI:urn:dedup:channel:IBK
 extendedKeyUsage=clientAuth"
+for who in kim lee; do
+  issue "$who" "$who" "subjectAltName=URI:urn:dedup:operator:$who,URI:urn:dedup:role:operator
+extendedKeyUsage=clientAuth"
+done
+issue vic vic "subjectAltName=URI:urn:dedup:operator:vic,URI:urn:dedup:role:viewer
+extendedKeyUsage=clientAuth"
+for who in kim lee vic; do
+  openssl pkcs12 -export -in "$who.pem" -inkey "$who-key.pem" -certfile ca.pem -name "dedup operator $who" \
+    -passout pass:demo -out "$who.p12" 2>/dev/null
+done
 rm -f ca.srl
 echo "$dir"

@@ -26,17 +26,23 @@
 #                                sending as internet banking, and a channel
 #                                without a certificate, are refused), the core
 #                                over https with the relay's client certificate
+#   scripts/demo.sh --console    the SQLite demo, then the operators' console
+#                                (https, demo certificates): a transfer left in
+#                                doubt to decide about with four eyes; prints
+#                                the URL and the operator certificates to import
+#                                into two browsers; runs until Ctrl-C
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
-kind=sqlite tls=0
+kind=sqlite tls=0 console=0
 case "${1:-}" in
   "") ;;
+  --console) console=1 ;;
   --postgres) kind=postgres ;;
   --tls) tls=1 ;;
   --ha) kind=ha ;;
-  *) echo "usage: scripts/demo.sh [--postgres | --ha | --tls]" >&2; exit 2 ;;
+  *) echo "usage: scripts/demo.sh [--postgres | --ha | --tls | --console]" >&2; exit 2 ;;
 esac
 
 work=$(mktemp -d /tmp/dedup-demo.XXXXXX)
@@ -203,6 +209,26 @@ bin/inspect --db "$db" "$g2"
 
 say "the relay's log"
 cat "$work/relay.log"
+
+if [ "$console" = 1 ]; then
+  say "the operators' console"
+  cpki="$work/console-pki"
+  scripts/certs.sh "$cpki" >/dev/null
+  g3="$(date +%Y%m%d)MOB$(printf '%021d' $RANDOM$RANDOM$RANDOM$RANDOM)"
+  bin/channel send --relay "$relay" --guid "$g3" --memo "DROP" || true
+  echo "a transfer left in doubt (the core dropped the connection; resolve not run): $g3"
+  bin/console --db "$db" --listen 127.0.0.1:0 --tls-cert "$cpki/server.pem" --tls-key "$cpki/server-key.pem" \
+    --operator-ca "$cpki/ca.pem" --textfile-dir "$work" 2>"$work/console.log" &
+  pids+=($!)
+  caddr=$(wait_listening "$work/console.log")
+  echo "console: https://$caddr/  (the demo CA: $cpki/ca.pem)"
+  echo "import an operator certificate into each of two browsers (password: demo):"
+  echo "  kim: $cpki/kim.p12   lee: $cpki/lee.p12   (a viewer: $cpki/vic.p12)"
+  echo "kim opens In doubt, finds $g3, proposes not-applied; lee approves it."
+  echo "from a shell:  curl --cacert $cpki/ca.pem --cert $cpki/kim.pem --key $cpki/kim-key.pem https://$caddr/doubt"
+  echo "Ctrl-C stops everything."
+  wait "${pids[-1]}"
+fi
 
 say "stop"
 kill -TERM "${pids[1]}"; wait "${pids[1]}" && echo "relay exited 0"

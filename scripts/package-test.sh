@@ -52,7 +52,7 @@ check_dir() { # PATH MODE OWNER:GROUP
 check_dir /var/lib/dedup 700 dedup:dedup
 check_dir /var/log/dedup 750 dedup:dedup
 check_dir /var/lib/node_exporter/textfile 775 root:dedup
-for u in dedup-relay.service dedup-resolve.service dedup-resolve.timer dedup-reprocess.service dedup-reprocess.timer dedup-purge.service dedup-purge.timer; do
+for u in dedup-relay.service dedup-console.service dedup-resolve.service dedup-resolve.timer dedup-reprocess.service dedup-reprocess.timer dedup-purge.service dedup-purge.timer; do
   [ -f "/lib/systemd/system/$u" ] || fail "unit $u not installed"
 done
 ok "units installed in /lib/systemd/system"
@@ -68,6 +68,10 @@ done
 ok "the three timers enabled"
 [ ! -e /etc/systemd/system/multi-user.target.wants/dedup-relay.service ] || fail "the relay was enabled before it was configured"
 ok "the relay not enabled (not configured yet)"
+[ ! -e /etc/systemd/system/multi-user.target.wants/dedup-console.service ] || fail "the console was enabled before it was configured"
+/usr/bin/console --version >/dev/null || fail "console is not installed"
+[ -f /etc/dedup/console.env ] && ! grep -qi 'password=' /etc/dedup/console.env || fail "console.env missing or holds a password"
+ok "the console installed, not enabled (it needs its certificates), console.env without a password"
 [ -f /etc/dedup/relay.env ] && ! grep -qi 'password=' /etc/dedup/relay.env || fail "relay.env missing or holds a password"
 ok "/etc/dedup/relay.env and jobs.env installed, no password in them"
 for b in fixturecore channel; do [ -x /usr/bin/$b ] || fail "$b not in dedup-tools"; done
