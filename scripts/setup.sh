@@ -40,6 +40,10 @@ command -v spin >/dev/null 2>&1 || missing+=(spin)
 command -v lintian >/dev/null 2>&1 || missing+=(lintian)
 # Four eyes on a host: settle runs through sudo for real accounts.
 command -v sudo >/dev/null 2>&1 || missing+=(sudo)
+# The console's browser test: Debian's Chromium, and NSS's tools for the
+# operators' certificates in each browser's database.
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v pk12util >/dev/null 2>&1 || missing+=(libnss3-tools)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2

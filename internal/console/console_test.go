@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -40,6 +41,7 @@ type desk struct {
 	exec  func(t *testing.T, q string, args ...any)
 	ca    *testpki.CA
 	certs map[string]tls.Certificate
+	files map[string]testpki.Issued
 	pool  *x509.CertPool
 }
 
@@ -77,7 +79,7 @@ func newDesk(t *testing.T, open func(t *testing.T) (ledger.Ledger, func(t *testi
 	assert.NilError(t, err)
 	other, err := testpki.NewCA(dir, "other")
 	assert.NilError(t, err)
-	d := &desk{l: l, exec: exec, ca: ca, certs: map[string]tls.Certificate{}, pool: x509.NewCertPool()}
+	d := &desk{l: l, exec: exec, ca: ca, certs: map[string]tls.Certificate{}, files: map[string]testpki.Issued{}, pool: x509.NewCertPool()}
 	d.pool.AddCert(ca.Cert)
 	issue := func(ca *testpki.CA, name string, leaf testpki.Leaf) {
 		leaf.Name = name
@@ -86,6 +88,7 @@ func newDesk(t *testing.T, open func(t *testing.T) (ledger.Ledger, func(t *testi
 		c, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 		assert.NilError(t, err)
 		d.certs[name] = c
+		d.files[name] = f
 	}
 	issue(ca, "server", testpki.Loopback("server", "console"))
 	issue(ca, "kim", testpki.Leaf{CN: "kim", URIs: []string{"urn:dedup:operator:kim", "urn:dedup:role:operator"}})
@@ -94,7 +97,7 @@ func newDesk(t *testing.T, open func(t *testing.T) (ledger.Ledger, func(t *testi
 	issue(ca, "nosan", testpki.Leaf{CN: "someone"})
 	issue(ca, "expired", testpki.Leaf{CN: "kim", URIs: []string{"urn:dedup:operator:kim", "urn:dedup:role:operator"}, Expired: true})
 	issue(other, "foreign", testpki.Leaf{CN: "kim", URIs: []string{"urn:dedup:operator:kim", "urn:dedup:role:operator"}})
-	s, err := New(l, Options{Host: "h1"})
+	s, err := New(l, Options{Host: "h1", Log: slog.New(slog.NewTextHandler(testLog{t}, nil))})
 	assert.NilError(t, err)
 	ts := httptest.NewUnstartedServer(s.Handler())
 	ts.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{d.certs["server"]},
@@ -103,6 +106,14 @@ func newDesk(t *testing.T, open func(t *testing.T) (ledger.Ledger, func(t *testi
 	t.Cleanup(ts.Close)
 	d.url = ts.URL
 	return d
+}
+
+// testLog writes the console's log lines to the test's log.
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
 }
 
 // client is a browser holding who's certificate ("" for none).
