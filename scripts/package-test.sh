@@ -111,7 +111,8 @@ echo "== four eyes through sudo: the shipped sudoers file, two real accounts"
 [ "$(stat -c '%a %U:%G' /etc/sudoers.d/dedup)" = "440 root:root" ] || fail "/etc/sudoers.d/dedup is not 0440 root:root"
 visudo -cf /etc/sudoers.d/dedup >/dev/null || fail "visudo -cf /etc/sudoers.d/dedup"
 getent group dedup-operators >/dev/null || fail "no group dedup-operators"
-ok "/etc/sudoers.d/dedup 0440 root:root, visudo -cf passes, group dedup-operators"
+[ "$(stat -c '%a' /etc/sudoers.d)" = 750 ] || fail "the package changed /etc/sudoers.d's mode (sudo's, 0750)"
+ok "/etc/sudoers.d/dedup 0440 root:root, visudo -cf passes, /etc/sudoers.d still 0750, group dedup-operators"
 for who in pkgkim pkglee; do
   id "$who" >/dev/null 2>&1 || useradd -m -G dedup-operators "$who"
   echo "$who:pw-$who" | chpasswd

@@ -96,7 +96,9 @@ install -m 0644 deploy/logrotate/dedup "$s/etc/logrotate.d/dedup"
 install -m 0644 deploy/prometheus/alerts.yml deploy/prometheus/alerts_test.yml "$s/usr/share/dedup/prometheus/"
 install -m 0644 deploy/cron.example "$s/usr/share/doc/dedup/examples/cron"
 # The operators' sudo rule: root's, 0440, as sudo requires (lintian checks).
-install -d -m 0750 "$s/etc/sudoers.d"
+# The directory is sudo's (a dependency, already there, 0750): dpkg leaves
+# an existing directory's mode alone, and lintian wants a shipped one 0755.
+install -d -m 0755 "$s/etc/sudoers.d"
 install -m 0440 deploy/sudoers/dedup "$s/etc/sudoers.d/dedup"
 gzip -9nc README.md >"$s/usr/share/doc/dedup/README.md.gz"
 for d in docs/*.md; do gzip -9nc "$d" >"$s/usr/share/doc/dedup/docs/$(basename "$d").gz"; done
@@ -132,7 +134,7 @@ relay. Never install them on a production host." "$t"
 
 for pkg in dedup:"$s" dedup-tools:"$t"; do
   name=${pkg%%:*} dir=${pkg#*:}
-  find "$dir" -type d ! -path '*/etc/sudoers.d' -exec chmod 0755 {} +
+  find "$dir" -type d -exec chmod 0755 {} +
   dpkg-deb --root-owner-group --build "$dir" "$out/${name}_${version}_${arch}.deb" >/dev/null
   echo "$out/${name}_${version}_${arch}.deb"
 done
