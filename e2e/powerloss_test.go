@@ -113,7 +113,12 @@ func (c *campaign) setUpPowerLoss() {
 			return l.Dir, nil
 		}}
 		if *fSynchronous == "normal" {
-			opts.Settings = []string{"synchronous_commit=off"}
+			// The control: commits acknowledged before their WAL is
+			// flushed, and the WAL writer's flush as rare as it can be
+			// (10 s), so that every cut loses what was acknowledged
+			// since: without it a cut at a quiet moment may lose
+			// nothing, and the control would prove nothing.
+			opts.Settings = []string{"synchronous_commit=off", "wal_writer_delay=10s"}
 		}
 		pg, err := pgtest.Start(opts)
 		if err != nil {
