@@ -89,24 +89,24 @@ CONTROL
 s="$work/dedup"
 build "$s/usr/bin" ./relay ./resolve ./reprocess ./purge ./inspect ./settle ./console
 install -d -m 0755 "$s/lib/systemd/system" "$s/etc/dedup" "$s/etc/logrotate.d" "$s/etc/cron.d" \
-  "$s/usr/share/dedup/prometheus" "$s/usr/share/doc/dedup/docs" "$s/usr/share/doc/dedup/examples"
+  "$s/usr/share/dedup" "$s/usr/share/dedup/prometheus" "$s/usr/share/doc/dedup/docs" "$s/usr/share/doc/dedup/examples"
 install -m 0644 deploy/systemd/*.service deploy/systemd/*.timer "$s/lib/systemd/system/"
 install -m 0644 deploy/etc/relay.env deploy/etc/jobs.env deploy/etc/console.env "$s/etc/dedup/"
 install -m 0644 deploy/logrotate/dedup "$s/etc/logrotate.d/dedup"
 install -m 0644 deploy/prometheus/alerts.yml deploy/prometheus/alerts_test.yml "$s/usr/share/dedup/prometheus/"
 install -m 0644 deploy/cron.example "$s/usr/share/doc/dedup/examples/cron"
-# The operators' sudo rule: root's, 0440, as sudo requires (lintian checks).
-# The directory is sudo's (a dependency, already there, 0750): dpkg leaves
-# an existing directory's mode alone, and lintian wants a shipped one 0755.
-install -d -m 0755 "$s/etc/sudoers.d"
-install -m 0440 deploy/sudoers/dedup "$s/etc/sudoers.d/dedup"
+# The operators' sudo rule, installed by postinst as /etc/sudoers.d/dedup
+# (root's, 0440, checked with visudo first): shipping the file itself would
+# ship its directory too, and dpkg would give sudo's 0750 /etc/sudoers.d
+# the shipped directory's mode.
+install -m 0644 deploy/sudoers/dedup "$s/usr/share/dedup/sudoers"
 gzip -9nc README.md >"$s/usr/share/doc/dedup/README.md.gz"
 for d in docs/*.md; do gzip -9nc "$d" >"$s/usr/share/doc/dedup/docs/$(basename "$d").gz"; done
 for b in relay resolve reprocess purge inspect settle console; do manpage "$s/usr/bin/$b" 1 "$s/usr/share/man/man1"; done
 docfiles dedup "$s/usr/share/doc/dedup"
 install -m 0755 deploy/debian/postinst deploy/debian/prerm deploy/debian/postrm "$s/DEBIAN/" 2>/dev/null || {
   mkdir -p "$s/DEBIAN"; install -m 0755 deploy/debian/postinst deploy/debian/prerm deploy/debian/postrm "$s/DEBIAN/"; }
-printf '/etc/dedup/relay.env\n/etc/dedup/jobs.env\n/etc/dedup/console.env\n/etc/logrotate.d/dedup\n/etc/sudoers.d/dedup\n' >"$s/DEBIAN/conffiles"
+printf '/etc/dedup/relay.env\n/etc/dedup/jobs.env\n/etc/dedup/console.env\n/etc/logrotate.d/dedup\n' >"$s/DEBIAN/conffiles"
 control dedup "adduser, sudo, libc6 (>= 2.34)" "relay that never applies a bank transfer twice" \
 "dedup stands between a bank's channels (mobile, internet banking, ATM) and
 its core banking system, and makes sure that a transfer retransmitted with
