@@ -16,7 +16,10 @@
 // directory is not caught; sync_file_range is the kernel's business (no
 // durability promise, and FUSE is not told); syncfs is not passed to FUSE
 // servers. Cut is for a moment when every process that wrote the files has
-// been killed, as in a power cut. The power-loss campaign
+// been killed, as in a power cut. The process that serves the file system
+// must not map its files itself: a page fault there waits for the server's
+// goroutines, which a garbage collection may be stopping (cgo's SQLite and
+// system calls are not affected). The power-loss campaign
 // (scripts/faults.sh --power-loss) puts the ledger on it; it is a test
 // tool and no binary ships it.
 package lazyfs

@@ -147,22 +147,40 @@ func TestTruncationsAndSyncFlavours(t *testing.T) {
 }
 
 // A shared mmap works (SQLite's -shm): what one mapping writes another
-// descriptor reads; unsynced, it is gone after a cut.
+// descriptor reads; unsynced, it is gone after a cut. The mapping is made
+// by a child process: a page fault of the file system's own process on its
+// own files would wait for its server goroutines, which a garbage
+// collection's stop-the-world may be holding (the processes that use the
+// ledger are never the one that serves it).
 func TestSharedMmapWorksAndIsLostUnsynced(t *testing.T) {
 	l := mount(t)
 	p := filepath.Join(l.Dir, "shm")
 	write(t, p, strings.Repeat("\x00", 8192), true)
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
-	assert.NilError(t, err)
-	m, err := syscall.Mmap(int(f.Fd()), 0, 8192, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	assert.NilError(t, err)
-	copy(m[100:], "mapped")
-	assert.NilError(t, syscall.Munmap(m))
-	assert.NilError(t, f.Close())
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "LAZYFS_TEST_MMAP="+p)
+	out, err := cmd.CombinedOutput()
+	assert.NilError(t, err, string(out))
 	got := read(t, p)
 	assert.Check(t, is.Equal(got[100:106], "mapped"))
 	l.Cut()
 	assert.Check(t, bytes.Equal([]byte(read(t, p)), make([]byte, 8192)), "the unsynced mapped write survived the cut")
+}
+
+// mapper writes "mapped" at offset 100 of path through a shared mapping.
+func mapper(path string) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		panic(err)
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, 8192, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		panic(err)
+	}
+	copy(m[100:], "mapped")
+	if err := syscall.Munmap(m); err != nil {
+		panic(err)
+	}
+	f.Close()
 }
 
 // SQLite on the file system: with synchronous=FULL a committed row
@@ -196,6 +214,10 @@ func TestSQLiteCommitsSurviveOnlyWhenSynced(t *testing.T) {
 func TestMain(m *testing.M) {
 	if db := os.Getenv("LAZYFS_TEST_WRITER"); db != "" {
 		writer(db, os.Getenv("LAZYFS_TEST_SYNC"))
+		return
+	}
+	if path := os.Getenv("LAZYFS_TEST_MMAP"); path != "" {
+		mapper(path)
 		return
 	}
 	os.Exit(m.Run())
