@@ -5,6 +5,8 @@
 package batch
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,6 +16,7 @@ import (
 	"dedup"
 	"dedup/coreapi"
 	"dedup/holder"
+	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/lhstd"
 )
@@ -66,40 +69,73 @@ func Resolve(ctx context.Context, l ledger.Ledger, core *coreapi.Client, minAge,
 			sum.Left = sum.Candidates - sum.Done - sum.Failed
 			return sum, fmt.Errorf("interrupted: %w", err)
 		}
-		var out ledger.Outcome
-		lk := core.Lookup(ctx, row.GUID)
-		switch lk.Verdict {
-		case coreapi.Found:
-			if len(row.Request) < lhstd.HeaderLen {
-				log.Error("resolve: core applied it, but the row has no stored request to build the reply from; left for an operator", "guid", row.GUID)
-				continue
-			}
-			out = ledger.Outcome{State: dedup.StateDone, RspCode: dedup.CodeOK, Response: lhstd.Reply(row.Request, dedup.CodeOK, lk.Body),
-				Detail: "core lookup: 200, applied (" + strings.TrimSpace(string(lk.Body)) + ")"}
-		case coreapi.NotFound:
-			out = ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent, Detail: "core lookup: 404 NOT_FOUND"}
-		default:
-			log.Warn("resolve: no proof either way; row left as it is", "guid", row.GUID, "status", lk.Status, "detail", lk.Detail)
-			continue
+		rctx, span := tracing.Root(ctx, tracing.SpanResolve, tracing.AttrGUID.String(row.GUID), tracing.AttrAttempts.Int(row.Attempts))
+		settled, err := resolveRow(rctx, l, core, row, log)
+		if span.IsRecording() {
+			span.SetAttributes(tracing.AttrOutcome.String(string(settled)))
+			tracing.Fail(span, err)
 		}
-		recorded, err := l.Settle(ctx, row, out)
+		span.End()
 		if err != nil {
 			sum.Left = sum.Candidates - sum.Done - sum.Failed
 			return sum, err
 		}
-		if !recorded {
-			log.Warn("resolve: row changed since it was selected; left to its new holder", "guid", row.GUID, "attempts", row.Attempts, "updated_at", row.UpdatedAt)
-			continue
-		}
-		log.Info("resolve: settled", "guid", row.GUID, "state", "UNKNOWN->"+string(out.State), "code", out.RspCode, "attempts", row.Attempts)
-		if out.State == dedup.StateDone {
+		switch settled {
+		case dedup.StateDone:
 			sum.Done++
-		} else {
+		case dedup.StateFailed:
 			sum.Failed++
 		}
 	}
 	sum.Left = sum.Candidates - sum.Done - sum.Failed
 	return sum, nil
+}
+
+// resolveRow asks the core about one UNKNOWN row and settles it if the
+// answer is proof. It returns the state the row was settled to, or "" if
+// it was left as it is; an error is the ledger's.
+func resolveRow(ctx context.Context, l ledger.Ledger, core *coreapi.Client, row ledger.Row, log *slog.Logger) (dedup.State, error) {
+	var out ledger.Outcome
+	lk := core.Lookup(ctx, row.GUID)
+	switch lk.Verdict {
+	case coreapi.Found:
+		if len(row.Request) < lhstd.HeaderLen {
+			log.Error("resolve: core applied it, but the row has no stored request to build the reply from; left for an operator",
+				traced(ctx, "guid", row.GUID)...)
+			return "", nil
+		}
+		out = ledger.Outcome{State: dedup.StateDone, RspCode: dedup.CodeOK, Response: lhstd.Reply(row.Request, dedup.CodeOK, lk.Body),
+			Detail: "core lookup: 200, applied (" + strings.TrimSpace(string(lk.Body)) + ")"}
+	case coreapi.NotFound:
+		out = ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent, Detail: "core lookup: 404 NOT_FOUND"}
+	default:
+		log.Warn("resolve: no proof either way; row left as it is", traced(ctx, "guid", row.GUID, "status", lk.Status, "detail", lk.Detail)...)
+		return "", nil
+	}
+	out.Detail = tracing.WithDetail(ctx, out.Detail)
+	wctx, span := tracing.Child(ctx, tracing.SpanLedgerWrite)
+	recorded, err := l.Settle(wctx, row, out)
+	tracing.Fail(span, err)
+	span.End()
+	if err != nil {
+		return "", err
+	}
+	if !recorded {
+		log.Warn("resolve: row changed since it was selected; left to its new holder",
+			traced(ctx, "guid", row.GUID, "attempts", row.Attempts, "updated_at", row.UpdatedAt)...)
+		return "", nil
+	}
+	log.Info("resolve: settled", traced(ctx, "guid", row.GUID, "state", "UNKNOWN->"+string(out.State), "code", out.RspCode, "attempts", row.Attempts)...)
+	return out.State, nil
+}
+
+// traced is a job's log line's attributes with the trace id of ctx's span
+// added when it is traced.
+func traced(ctx context.Context, args ...any) []any {
+	if id := tracing.TraceID(ctx); id != "" {
+		return append(args, "trace_id", id)
+	}
+	return args
 }
 
 // ReprocessSummary counts one reprocess run (docs/cli.md defines every count).
@@ -180,7 +216,11 @@ func Reprocess(ctx context.Context, l ledger.Ledger, sender *holder.Sender, maxA
 			log.Info("reprocess: row reclaimed by someone else first; skipped", "guid", row.GUID)
 			continue
 		}
-		if err := sendReclaimed(ctx, l, sender, row.GUID, attempt, stored, asked, &sum, log); err != nil {
+		rctx, span := tracing.Root(ctx, tracing.SpanReprocess, tracing.AttrGUID.String(row.GUID), tracing.AttrAttempts.Int(attempt))
+		err = sendReclaimed(rctx, l, sender, row.GUID, attempt, stored, asked, &sum, log)
+		tracing.Fail(span, err)
+		span.End()
+		if err != nil {
 			s, _ := finish()
 			return s, err
 		}
@@ -219,7 +259,10 @@ func sendReclaimed(ctx context.Context, l ledger.Ledger, sender *holder.Sender, 
 	start := time.Now()
 	sent := sender.Send(ctx, holder.Claim{Request: req, Attempt: attempt, Asked: asked, Received: stored, Reclaimed: true})
 	res := sent.Result
-	args := []any{"guid", guid, "code", res.Code, "attempts", attempt, "ms", time.Since(start).Milliseconds()}
+	args := traced(ctx, "guid", guid, "code", res.Code, "attempts", attempt, "ms", time.Since(start).Milliseconds())
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(tracing.AttrCode.String(res.Code), tracing.AttrOutcome.String(string(res.State)))
+	}
 	if res.Detail != "" {
 		args = append(args, "detail", res.Detail)
 	}

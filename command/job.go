@@ -15,6 +15,7 @@ import (
 
 	"dedup/batch"
 	"dedup/cli"
+	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/ledger/backend"
 	"dedup/metrics"
@@ -76,6 +77,12 @@ func RunJob(name string, lf LedgerFlags, jf JobFlags, log *slog.Logger, startAtt
 
 func runJob(ctx context.Context, name string, lf LedgerFlags, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) (int, batch.Summary) {
 	db := lf.DB
+	tp, err := tracing.Start(ctx, name, cli.VersionString(), log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
+		return cli.ExitRuntime, nil
+	}
+	defer FlushTraces(log, tp)
 	l, err := backend.Open(db, lf.Options(log.Warn, ledger.Actor(name)))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
@@ -103,6 +110,17 @@ func runJob(ctx context.Context, name string, lf LedgerFlags, jf JobFlags, log *
 		return cli.ExitRuntime, sum
 	}
 	return cli.ExitOK, sum
+}
+
+// FlushTraces exports the spans still queued at a binary's exit, bounded
+// by tracing.ExportTimeout: an endpoint that is down must not hold up the
+// exit (the job's outcome is already recorded).
+func FlushTraces(log *slog.Logger, tp *tracing.Provider) {
+	ctx, cancel := context.WithTimeout(context.Background(), tracing.ExportTimeout)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("tracing: spans still queued at exit were not exported", "error", err)
+	}
 }
 
 // FormatSummary is the job's last stdout line: the text docs/cli.md fixes, or a

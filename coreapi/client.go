@@ -25,7 +25,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"dedup"
+	"dedup/internal/tracing"
 	"dedup/lhstd"
 )
 
@@ -269,12 +273,21 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte, 
 	var lcMu sync.Mutex
 	var lcs []*leaseConn // every connection this request was handed (a retry gets another)
 	var lastGen uint64   // the request's number on the last of them
+	// The spans of a traced call: the wait for a connection, then the
+	// exchange from the confirmation's end to the answer's last byte.
+	_, connectSpan := tracing.Child(ctx, tracing.SpanCoreConnect)
+	exchangeSpan := noSpan
+	defer func() { connectSpan.End(); exchangeSpan.End() }()
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
 		// Connected: from here the exchange's timeout bounds the rest,
 		// the confirmation below included (a confirmation cut short by
 		// it refuses the request, with nothing written: E902).
 		if got.CompareAndSwap(false, true) {
 			timer.Reset(c.timeout)
+			if connectSpan.IsRecording() {
+				connectSpan.SetAttributes(tracing.AttrReused.Bool(info.Reused))
+				connectSpan.End()
+			}
 		}
 		if l, ok := info.Conn.(leased); ok {
 			lc := l.leaseConn()
@@ -289,6 +302,9 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte, 
 			}
 			if c.onConn != nil {
 				c.onConn(lc)
+			}
+			if !exchangeSpan.IsRecording() {
+				_, exchangeSpan = tracing.Child(ctx, tracing.SpanCoreExchange)
 			}
 			lcMu.Lock()
 			lcs = append(lcs, lc)
@@ -307,6 +323,8 @@ func (c *Client) exchange(ctx context.Context, method, url string, body []byte, 
 	if body != nil {
 		req.Header["Content-Type"] = jsonContentType
 	}
+	// W3C trace context (traceparent, tracestate) when the call is traced.
+	tracing.Inject(ctx, req.Header)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
@@ -358,6 +376,29 @@ var jsonContentType = []string{"application/json"}
 // the first byte of the request (docs/rules.md rule 13); an error from it
 // makes the call write nothing, like an expired lease.
 func (c *Client) Transfer(ctx context.Context, tr TransferRequest, lease time.Time, confirm Confirm) Result {
+	ctx, span := tracing.ClientChild(ctx, tracing.SpanCore)
+	res := c.transfer(ctx, tr, lease, confirm)
+	endCall(span, res.Code, res.Status, res.State != dedup.StateDone, res.Detail)
+	return res
+}
+
+// endCall ends a traced core call's span with what it ended in; failed
+// marks the span's status an error (with detail, which names no account,
+// amount or memo).
+func endCall(span trace.Span, code string, status int, failed bool, detail string) {
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrCode.String(code), tracing.AttrStatus.Int(status))
+		if failed {
+			span.SetStatus(codes.Error, detail)
+		}
+	}
+	span.End()
+}
+
+// noSpan is a span that records nothing.
+var noSpan = trace.SpanFromContext(context.Background())
+
+func (c *Client) transfer(ctx context.Context, tr TransferRequest, lease time.Time, confirm Confirm) Result {
 	payload, err := json.Marshal(tr)
 	if err != nil {
 		// Cannot happen for these field types; nothing was sent.
@@ -447,6 +488,13 @@ func appliedBody(body []byte, guid string) ([]byte, error) {
 // Only a 200 with a readable body and a 404 whose code is NOT_FOUND are
 // proof; anything else is Undetermined.
 func (c *Client) Lookup(ctx context.Context, guid string) LookupResult {
+	ctx, span := tracing.ClientChild(ctx, tracing.SpanCoreLookup, tracing.AttrGUID.String(guid))
+	res := c.lookup(ctx, guid)
+	endCall(span, []string{"undetermined", "found", "not_found"}[res.Verdict], res.Status, res.Verdict == Undetermined, res.Detail)
+	return res
+}
+
+func (c *Client) lookup(ctx context.Context, guid string) LookupResult {
 	if !lhstd.IsGUID(guid) {
 		return LookupResult{Detail: "not a GUID"}
 	}

@@ -103,13 +103,19 @@ type proc struct {
 // start runs a server binary and waits for its "listening addr=" line.
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, nil, name, args...)
+}
+
+// startEnv is start with env added to the test's environment.
+func startEnv(t *testing.T, env []string, name string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, exited: make(chan struct{})}
 	path := bin(name)
 	if strings.Contains(name, "/") {
 		path = name // an explicit path, e.g. a test-only build
 	}
 	p.cmd = exec.Command(path, args...)
-	p.cmd.Env = append(os.Environ(), "HTTP_PROXY=http://127.0.0.1:9", "http_proxy=http://127.0.0.1:9")
+	p.cmd.Env = append(append(os.Environ(), "HTTP_PROXY=http://127.0.0.1:9", "http_proxy=http://127.0.0.1:9"), env...)
 	pipe, err := p.cmd.StderrPipe()
 	assert.NilError(t, err)
 	assert.NilError(t, p.cmd.Start())

@@ -25,6 +25,7 @@ import (
 
 	"dedup"
 	"dedup/coreapi"
+	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/lhstd"
 )
@@ -125,14 +126,20 @@ func (s *Sender) Send(ctx context.Context, c Claim) Sent {
 	sent := Sent{Result: res, CoreTime: time.Since(start)}
 	sent.Outcome = ledger.Outcome{State: res.State, RspCode: res.Code, Reclaimed: c.Reclaimed}
 	if c.Reclaimed {
-		sent.Outcome.Detail = outcomeDetail(res)
+		sent.Outcome.Detail = tracing.WithDetail(ctx, outcomeDetail(res))
 	}
 	var stored []byte
 	if res.State == dedup.StateDone {
 		stored = lhstd.Reply(c.Request.Raw, res.Code, res.Body)
 		sent.Outcome.Response = stored
 	}
-	sent.Recorded, sent.RecordErr = s.Ledger.Finish(ctx, c.Request.GUID, c.Attempt, sent.Outcome)
+	fctx, span := tracing.Child(ctx, tracing.SpanFinish)
+	sent.Recorded, sent.RecordErr = s.Ledger.Finish(fctx, c.Request.GUID, c.Attempt, sent.Outcome)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrClaimed.Bool(sent.Recorded))
+		tracing.Fail(span, sent.RecordErr)
+	}
+	span.End()
 	switch {
 	case sent.Recorded && stored != nil:
 		sent.Reply = stored
@@ -169,7 +176,9 @@ func outcomeDetail(r coreapi.Result) string {
 // confirm is rule 13's check: the row is still c's claim and, while the
 // ledger's clock and the host's agree, younger than the lease on the
 // ledger's clock. It reads the ledger's clock in the same statement.
-func (s *Sender) confirm(ctx context.Context, c Claim) error {
+func (s *Sender) confirm(ctx context.Context, c Claim) (err error) {
+	ctx, span := tracing.Child(ctx, tracing.SpanConfirm)
+	defer func() { tracing.Fail(span, err); span.End() }()
 	before := time.Now()
 	chk, err := s.Ledger.ConfirmClaim(ctx, c.Request.GUID, c.Attempt)
 	after := time.Now()

@@ -224,22 +224,33 @@ func (m *Relay) LedgerAnswer(state dedup.State) {
 }
 
 // CoreRequest counts one POST to the core that ended in state, and its
-// duration.
-func (m *Relay) CoreRequest(state dedup.State, d time.Duration) {
+// duration, with the transfer's trace id as the exemplar ("" for none).
+func (m *Relay) CoreRequest(state dedup.State, d time.Duration, traceID string) {
 	if m == nil {
 		return
 	}
 	if c, ok := m.coreRequests[state]; ok {
 		c.Inc()
 	}
-	m.coreDuration.Observe(d.Seconds())
+	observe(m.coreDuration, d, traceID)
 }
 
-// Transaction observes one telegram's time from arrival to reply.
-func (m *Relay) Transaction(d time.Duration) {
+// Transaction observes one telegram's time from arrival to reply, with its
+// trace id as the exemplar ("" for none): a dashboard's slow bucket links
+// to a trace that fell in it.
+func (m *Relay) Transaction(d time.Duration, traceID string) {
 	if m != nil {
-		m.txDuration.Observe(d.Seconds())
+		observe(m.txDuration, d, traceID)
 	}
+}
+
+// observe observes d on h, with an exemplar when traceID is set.
+func observe(h prometheus.Histogram, d time.Duration, traceID string) {
+	if traceID == "" {
+		h.Observe(d.Seconds())
+		return
+	}
+	h.(prometheus.ExemplarObserver).ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": traceID})
 }
 
 // Inflight adds n to the transactions between claim and recorded outcome.
@@ -342,7 +353,10 @@ const readyProbeGUID = "00000000RDY000000000000000000000"
 // Handler serves /metrics, /healthz and /readyz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{Registry: s.m.reg}))
+	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{Registry: s.m.reg,
+		// OpenMetrics when the scraper asks for it: the histograms'
+		// exemplars (trace ids) are only in that format.
+		EnableOpenMetrics: true}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

@@ -18,6 +18,7 @@ import (
 
 	"dedup/cli"
 	"dedup/command"
+	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/ledger/backend"
 	"dedup/metrics"
@@ -99,23 +100,23 @@ func main() {
 
 // run carries out the command and returns the exit status and the counts
 // for the textfile.
-func run(command string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
+func run(verb string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 	// Usage first: nothing is opened for a proposal that cannot stand.
 	var p settlement.Proposal
-	if command == "propose <guid>" {
+	if verb == "propose <guid>" {
 		var err error
 		if p, err = f.Propose.proposal(); err != nil {
 			return fail(err), nil
 		}
 	}
-	if command == "reject <id>" && f.Reject.Reason == "" {
+	if verb == "reject <id>" && f.Reject.Reason == "" {
 		return fail(fmt.Errorf("%w: --reason is required", settlement.ErrUsage)), nil
 	}
 	// Who decides, before anything is opened: on a SQLite ledger the
 	// person sudo authenticated, or nothing is decided. settle never
 	// creates a ledger (run through sudo, it must not make files as the
 	// owner where an operator says).
-	decides := command != "list"
+	decides := verb != "list"
 	var who settlement.Person
 	if !backend.IsPostgresURL(f.DB) {
 		if _, err := os.Stat(f.DB); err != nil {
@@ -124,7 +125,7 @@ func run(command string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 		if decides {
 			var err error
 			if who, err = settlement.OnHost(f.DB, settlement.SudoOf()); err != nil {
-				return fail(err), refusedCount(command)
+				return fail(err), refusedCount(verb)
 			}
 		}
 	} else if decides {
@@ -141,9 +142,27 @@ func run(command string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 		return cli.ExitRuntime, nil
 	}
 	defer l.Close()
-	ctx := context.Background()
+	// Traced as the OTEL_ variables ask; run through sudo (env_reset)
+	// they are not passed unless the sudoers rule keeps them.
+	tp, err := tracing.Start(context.Background(), "settle", cli.VersionString(), log)
+	if err != nil {
+		return fail(err), nil
+	}
+	defer command.FlushTraces(log, tp)
+	ctx, span := tracing.Root(context.Background(), tracing.SpanSettle, tracing.AttrOutcome.String(strings.Fields(verb)[0]))
+	status, counts := decide(ctx, verb, f, l, p, who, log)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrCode.String(fmt.Sprint(status)))
+	}
+	span.End()
+	return status, counts
+}
+
+// decide carries out verb on the open ledger l.
+func decide(ctx context.Context, verb string, f *flags, l ledger.Ledger, p settlement.Proposal, who settlement.Person, log *slog.Logger) (int, []metrics.JobCount) {
+	log = log.With(traced(ctx)...)
 	desk := settlement.DeskFor(l)
-	switch command {
+	switch verb {
 	case "propose <guid>":
 		id, err := desk.Propose(ctx, p, who)
 		if err != nil {
@@ -177,7 +196,16 @@ func run(command string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 		fmt.Printf("settle: rejected id=%d\n", f.Reject.ID)
 		return cli.ExitOK, []metrics.JobCount{{Outcome: "rejected", Rows: 1}}
 	}
-	return fail(fmt.Errorf("%w: unknown command %q", settlement.ErrUsage, command)), nil
+	return fail(fmt.Errorf("%w: unknown verb %q", settlement.ErrUsage, verb)), nil
+}
+
+// traced is the trace id attribute of ctx's span for the log lines, if
+// it is traced.
+func traced(ctx context.Context) []any {
+	if id := tracing.TraceID(ctx); id != "" {
+		return []any{"trace_id", id}
+	}
+	return nil
 }
 
 // by names who in the log line: the authenticated actor, or, on

@@ -106,6 +106,8 @@ type Stats struct {
 	ByGUID        map[string]int `json:"by_guid"`
 	AppliedByGUID map[string]int `json:"applied_by_guid"`
 	LookupsByGUID map[string]int `json:"lookups_by_guid"`
+	// TraceparentByGUID: the last traceparent the core received per GUID.
+	TraceparentByGUID map[string]string `json:"traceparent_by_guid,omitempty"`
 }
 
 // FetchStats reads the fixture core's /_stats.

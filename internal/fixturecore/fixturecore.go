@@ -44,6 +44,10 @@ type Stats struct {
 	ByGUID        map[string]int `json:"by_guid"`
 	AppliedByGUID map[string]int `json:"applied_by_guid"`
 	LookupsByGUID map[string]int `json:"lookups_by_guid"`
+	// TraceparentByGUID is the W3C traceparent header of the last request
+	// (POST or GET) about each GUID that carried one: how the tests see
+	// that the relay's trace reached the core.
+	TraceparentByGUID map[string]string `json:"traceparent_by_guid,omitempty"`
 }
 
 // Applied is one applied transfer as the core answers it.
@@ -64,7 +68,8 @@ type state struct {
 
 func newState() state {
 	return state{
-		Stats:    Stats{ByGUID: map[string]int{}, AppliedByGUID: map[string]int{}, LookupsByGUID: map[string]int{}},
+		Stats: Stats{ByGUID: map[string]int{}, AppliedByGUID: map[string]int{}, LookupsByGUID: map[string]int{},
+			TraceparentByGUID: map[string]string{}},
 		Balances: map[string]int64{},
 		Applied:  map[string]Applied{},
 	}
@@ -145,7 +150,12 @@ func (c *Core) Stats() Stats {
 		}
 		return o
 	}
-	return Stats{Transfers: c.st.Transfers, ByGUID: cp(c.st.ByGUID), AppliedByGUID: cp(c.st.AppliedByGUID), LookupsByGUID: cp(c.st.LookupsByGUID)}
+	tps := make(map[string]string, len(c.st.TraceparentByGUID))
+	for k, v := range c.st.TraceparentByGUID {
+		tps[k] = v
+	}
+	return Stats{Transfers: c.st.Transfers, ByGUID: cp(c.st.ByGUID), AppliedByGUID: cp(c.st.AppliedByGUID), LookupsByGUID: cp(c.st.LookupsByGUID),
+		TraceparentByGUID: tps}
 }
 
 func (c *Core) balance(acct string) int64 {
@@ -264,6 +274,7 @@ func (c *Core) postTransfer(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Lock()
 	c.st.ByGUID[t.GUID]++
+	c.traceparent(t.GUID, r)
 	err = c.save()
 	c.mu.Unlock()
 	if err != nil {
@@ -303,10 +314,24 @@ func (c *Core) postTransfer(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, a)
 }
 
+// traceparent records the request's traceparent header for guid. It is
+// called with c.mu held.
+func (c *Core) traceparent(guid string, r *http.Request) {
+	tp := r.Header.Get("traceparent")
+	if tp == "" {
+		return
+	}
+	if c.st.TraceparentByGUID == nil { // a state file saved before the field
+		c.st.TraceparentByGUID = map[string]string{}
+	}
+	c.st.TraceparentByGUID[guid] = tp
+}
+
 func (c *Core) getTransfer(w http.ResponseWriter, r *http.Request) {
 	guid := r.PathValue("guid")
 	c.mu.Lock()
 	c.st.LookupsByGUID[guid]++
+	c.traceparent(guid, r)
 	a, ok := c.st.Applied[guid]
 	err := c.save()
 	c.mu.Unlock()

@@ -20,9 +20,12 @@ import (
 
 	"dedup"
 	"dedup/holder"
+	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/lhstd"
 	"dedup/metrics"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Store is the part of the ledger the relay uses. Every ledger.Ledger implements
@@ -56,6 +59,7 @@ type txn struct {
 	core     time.Duration
 	detail   string
 	logLevel slog.Level
+	traceID  string // the transfer's trace, "" when not traced
 }
 
 // Process handles one request telegram and returns the reply telegram, or
@@ -96,25 +100,42 @@ func (s *Server) ProcessFrom(peer Peer, t []byte) []byte {
 	// A background context: neither a hang-up nor a shutdown may cut a
 	// transaction short (docs/rules.md rule 9); the core call is bounded by the
 	// client's timeouts and ledger writes by the busy timeout.
-	reply := s.handle(context.Background(), tx)
+	ctx, span := s.tracer.StartTransfer(context.Background(), req.GUID, req.TxCode, req.Channel)
+	if span.IsRecording() {
+		tx.traceID = span.SpanContext().TraceID().String()
+	}
+	reply := s.handle(ctx, tx)
 	s.logTx(tx, reply)
-	s.metrics.Transaction(time.Since(start))
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrCode.String(lhstd.ReplyCode(reply)), tracing.AttrState.String(tx.stateChange()),
+			tracing.AttrAttempts.Int(tx.attempt))
+	}
+	s.metrics.Transaction(time.Since(start), tx.traceID)
+	span.End()
 	return reply
 }
 
-func (s *Server) logTx(tx *txn, reply []byte) {
-	state := tx.from
+// stateChange is the row's state as the log line and the span report it:
+// "DONE", or "none->SENT->DONE" style from->to when this request moved it.
+func (tx *txn) stateChange() string {
 	if tx.to != "" && tx.to != tx.from {
-		state = tx.from + "->" + tx.to
+		return tx.from + "->" + tx.to
 	}
+	return tx.from
+}
+
+func (s *Server) logTx(tx *txn, reply []byte) {
 	attrs := s.peerAttrs(tx.peer, slog.String("guid", tx.req.GUID), slog.String("tx_code", tx.req.TxCode), slog.String("channel", tx.req.Channel),
-		slog.String("code", lhstd.ReplyCode(reply)), slog.String("state", state), slog.Int("attempts", tx.attempt),
+		slog.String("code", lhstd.ReplyCode(reply)), slog.String("state", tx.stateChange()), slog.Int("attempts", tx.attempt),
 		slog.Float64("ms", ms(time.Since(tx.start))))
 	if tx.core > 0 {
 		attrs = append(attrs, slog.Float64("core_ms", ms(tx.core)))
 	}
 	if tx.detail != "" {
 		attrs = append(attrs, slog.String("detail", tx.detail))
+	}
+	if tx.traceID != "" {
+		attrs = append(attrs, slog.String("trace_id", tx.traceID))
 	}
 	s.log.LogAttrs(context.Background(), tx.logLevel, "tx", attrs...)
 }
@@ -141,6 +162,22 @@ func printable(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// endSpan ends a ledger step's span with its error.
+func endSpan(span trace.Span, err error) {
+	tracing.Fail(span, err)
+	span.End()
+}
+
+// endClaim ends a claim's span with its error and whether it took the row.
+// (No variadic attributes: with tracing off they would cost an allocation
+// per transfer.)
+func endClaim(span trace.Span, err error, claimed bool) {
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrClaimed.Bool(claimed))
+	}
+	endSpan(span, err)
 }
 
 func (tx *txn) fail(level slog.Level, detail string) {
@@ -175,7 +212,9 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 	// meanwhile), claim once more.
 	for try := 0; try < 2; try++ {
 		asked := time.Now() // the lease runs from just before the claim is asked for
-		claimed, err := s.store.Claim(ctx, guid, tx.req.TxCode, tx.req.Raw)
+		cctx, span := tracing.Child(ctx, tracing.SpanClaim)
+		claimed, err := s.store.Claim(cctx, guid, tx.req.TxCode, tx.req.Raw)
+		endClaim(span, err, claimed)
 		if err != nil {
 			// The claim counts as not committed (its commit may be
 			// ambiguous) and nothing is sent. A GUID that has a row is
@@ -194,7 +233,9 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 			tx.moved(dedup.StateSent, 1)
 			return s.send(ctx, tx, holder.Claim{Request: tx.req, Attempt: 1, Asked: asked, Received: tx.req.Raw})
 		}
-		row, err := s.store.Get(ctx, guid)
+		rctx, span := tracing.Child(ctx, tracing.SpanRead)
+		row, err := s.store.Get(rctx, guid)
+		endSpan(span, err)
 		if err != nil {
 			tx.fail(slog.LevelError, "ledger read failed, not sent: "+err.Error())
 			return tx.replyNew(dedup.CodeNotSent)
@@ -238,7 +279,9 @@ func (s *Server) reclaim(ctx context.Context, tx *txn) []byte {
 		s.outage.reached()
 	}
 	asked := time.Now()
-	attempt, stored, claimed, err := s.store.Reclaim(ctx, tx.req.GUID, tx.req.Raw, 0)
+	rctx, span := tracing.Child(ctx, tracing.SpanReclaim)
+	attempt, stored, claimed, err := s.store.Reclaim(rctx, tx.req.GUID, tx.req.Raw, 0)
+	endClaim(span, err, claimed)
 	if err != nil {
 		s.ledgerTrouble(err)
 		s.metrics.LedgerAnswer(dedup.StateFailed)
@@ -293,7 +336,7 @@ func (s *Server) send(ctx context.Context, tx *txn, c holder.Claim) []byte {
 	tx.core = sent.CoreTime
 	s.outage.record(res)
 	if !res.LeaseExpired { // refused for its lease, nothing was POSTed
-		s.metrics.CoreRequest(res.State, tx.core)
+		s.metrics.CoreRequest(res.State, tx.core, tx.traceID)
 	}
 	if res.Detail != "" {
 		tx.fail(slog.LevelWarn, res.Detail)

@@ -23,6 +23,7 @@ import (
 	"dedup/cli"
 	"dedup/command"
 	"dedup/coreapi"
+	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/ledger/backend"
 	"dedup/metrics"
@@ -143,6 +144,14 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 		return fail("%v", err)
 	}
 	command.WarnDB(log, f.DB, f.DBInsecure)
+	// Tracing as the OTEL_ variables ask (none set: off, nothing exported
+	// or attempted). A malformed variable is refused before the ledger is
+	// opened, like a bad flag's file.
+	tp, err := tracing.Start(context.Background(), "relay", cli.VersionString(), log)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer command.FlushTraces(log, tp)
 	var m *metrics.Relay
 	opts := ledger.Options{Synchronous: f.Synchronous, Warn: log.Warn, Actor: ledger.Actor("relay")}
 	// A restart must not wait for a whole-file read (seconds per gigabyte
@@ -166,7 +175,7 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 		return fail("%v", err)
 	}
 	defer l.Close()
-	srv, lease, err := newServer(f, log, hooks, l, core, m, listenerCerts, coreCerts)
+	srv, lease, err := newServer(f, log, hooks, l, core, m, listenerCerts, coreCerts, tp.Tracer)
 	if err != nil {
 		return fail("listener TLS: %v", err)
 	}
@@ -236,7 +245,7 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 // newServer builds the relay server over the ledger l and the core, with
 // the test hooks (none in a release binary) and the listener's TLS.
 func newServer(f *Flags, log *slog.Logger, hooks Hooks, l ledger.Ledger, core *coreapi.Client, m *metrics.Relay,
-	listenerCerts, coreCerts *certs.Set) (*Server, time.Duration, error) {
+	listenerCerts, coreCerts *certs.Set, tracer *tracing.Tracer) (*Server, time.Duration, error) {
 	var store Store = l
 	if hooks.WrapStore != nil {
 		store = hooks.WrapStore(store)
@@ -246,7 +255,7 @@ func newServer(f *Flags, log *slog.Logger, hooks Hooks, l ledger.Ledger, core *c
 		lease = 0
 	}
 	cfg := Config{Store: store, Core: core, Logger: log, IdleTimeout: f.IdleTimeout.D(), OrphanAfter: f.OrphanAfter.D(),
-		Lease: lease, Metrics: m, MaxConns: int(f.MaxConns), BeforeSend: hooks.BeforeSend,
+		Lease: lease, Metrics: m, Tracer: tracer, MaxConns: int(f.MaxConns), BeforeSend: hooks.BeforeSend,
 		ConfirmClaims: backend.Shared(f.DB) && !hooks.NoLease && !hooks.NoConfirm, MaxClockSkew: f.MaxClockSkew.D()}
 	if listenerCerts != nil {
 		var err error

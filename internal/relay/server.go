@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"dedup/holder"
+	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/lhstd"
 	"dedup/metrics"
@@ -48,6 +49,8 @@ type Config struct {
 	OutageAfter int
 	// Metrics, if not nil, counts what the relay does.
 	Metrics *metrics.Relay
+	// Tracer, if not nil, traces every transfer (package tracing).
+	Tracer *tracing.Tracer
 	// TLS, if not nil, makes the channel listener speak TLS (the
 	// handshake has the frame timeout). With ClientCerts it must require
 	// and verify a client certificate; each certificate then names the
@@ -145,6 +148,7 @@ type Server struct {
 	maxConns     int
 	sender       *holder.Sender
 	clock        clockWatch
+	tracer       *tracing.Tracer
 
 	shuttingDown atomic.Bool
 	mu           sync.Mutex
@@ -163,7 +167,7 @@ func New(cfg Config) *Server {
 		idleTimeout: cfg.IdleTimeout, frameTimeout: cfg.FrameTimeout, writeTimeout: cfg.WriteTimeout,
 		orphanAfter: cfg.OrphanAfter, sweepEvery: cfg.SweepInterval, lease: cfg.Lease,
 		outage: newOutage(cfg.OutageAfter), metrics: cfg.Metrics,
-		tls: cfg.TLS, clientCerts: cfg.ClientCerts, maxConns: cfg.MaxConns,
+		tls: cfg.TLS, clientCerts: cfg.ClientCerts, maxConns: cfg.MaxConns, tracer: cfg.Tracer,
 		listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
 		stopSweep: make(chan struct{}), sweepDone: make(chan struct{}),
 	}
