@@ -57,12 +57,10 @@ func Resolve(ctx context.Context, l ledger.Ledger, core *coreapi.Client, minAge,
 	sum := ResolveSummary{Candidates: len(rows)}
 	// "candidates=0" must not read as "nothing pending": say how many
 	// UNKNOWN rows were too young to be asked about yet.
-	if stats, err := l.Stats(ctx); err == nil {
-		for _, st := range stats {
-			if st.State == dedup.StateUnknown && st.Rows > int64(len(rows)) {
-				log.Info("resolve: UNKNOWN rows younger than --min-age left for a later run", "rows", st.Rows-int64(len(rows)), "min_age_s", minAge.Seconds())
-			}
-		}
+	// Read through the state index: UNKNOWN rows only, never the whole
+	// ledger (Stats counts every state, DONE's millions included).
+	if all, err := l.SelectUnknown(ctx, 0); err == nil && len(all) > len(rows) {
+		log.Info("resolve: UNKNOWN rows younger than --min-age left for a later run", "rows", len(all)-len(rows), "min_age_s", minAge.Seconds())
 	}
 	for _, row := range rows {
 		if err := ctx.Err(); err != nil {

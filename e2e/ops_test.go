@@ -429,3 +429,57 @@ func TestDamagedSQLiteLedgerFoundWhileServingRefusesEveryNewClaim(t *testing.T) 
 	assert.Equal(t, status, 503, body)
 	assert.Equal(t, strings.TrimSpace(body), "not ready: ledger")
 }
+
+// TestInspectCheckFindsADamagedFile: inspect --check (the daily timer's
+// whole-file check) exits 0 with ok=1 on a sound ledger and 1, naming the
+// ledger, with damaged=1 in its textfile on a file damaged inside, which
+// every other binary opens without reading it whole.
+func TestInspectCheckFindsADamagedFile(t *testing.T) {
+	dir := t.TempDir()
+	if onPostgres() {
+		// The server checks its own pages: the check says so and succeeds,
+		// so that one timer serves both ledgers.
+		res := runJob(t, "inspect", "--db", tempDB(t), "--check", "--metrics-textfile", filepath.Join(dir, "check.prom"))
+		assert.Equal(t, res.ExitCode, 0)
+		assert.Equal(t, lastLine(res.Stdout()), "check: ok=1 damaged=0")
+		assert.Assert(t, strings.Contains(res.Stderr(), "the server checks its own pages"), res.Stderr())
+		return
+	}
+	db := filepath.Join(dir, "relay.db")
+	ldb := openDB(t, db)
+	ldb.applySchema(t)
+	ldb.insertOldDone(t, 3000, make([]byte, 135), make([]byte, 117))
+	_, err := ldb.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	assert.NilError(t, err)
+	assert.NilError(t, ldb.Close())
+
+	prom := filepath.Join(dir, "check.prom")
+	res := runJob(t, "inspect", "--db", db, "--check", "--metrics-textfile", prom)
+	assert.Equal(t, res.ExitCode, 0)
+	assert.Equal(t, lastLine(res.Stdout()), "check: ok=1 damaged=0")
+	b, err := os.ReadFile(prom)
+	assert.NilError(t, err)
+	assert.Assert(t, strings.Contains(string(b), `dedup_job_rows{job="check",outcome="damaged"} 0`), string(b))
+	assert.Assert(t, strings.Contains(string(b), `dedup_job_last_success_timestamp_seconds{job="check"}`), string(b))
+
+	st, err := os.Stat(db)
+	assert.NilError(t, err)
+	f, err := os.OpenFile(db, os.O_WRONLY, 0)
+	assert.NilError(t, err)
+	_, err = f.WriteAt([]byte(strings.Repeat("garbage!", 4*4096/8)), st.Size()/2/4096*4096)
+	assert.NilError(t, err)
+	assert.NilError(t, f.Close())
+
+	// A job opens it without reading it whole (and has nothing to do).
+	res = runJob(t, "resolve", "--db", db, "--min-age", "300")
+	assert.Equal(t, res.ExitCode, 0)
+
+	res = runJob(t, "inspect", "--db", db, "--check", "--metrics-textfile", prom)
+	assert.Equal(t, res.ExitCode, 1)
+	assert.Equal(t, lastLine(res.Stdout()), "check: ok=0 damaged=1")
+	assert.Assert(t, strings.Contains(res.Stderr(), "ledger "+db), res.Stderr())
+	assert.Assert(t, strings.Contains(res.Stderr(), "integrity check"), res.Stderr())
+	b, err = os.ReadFile(prom)
+	assert.NilError(t, err)
+	assert.Assert(t, strings.Contains(string(b), `dedup_job_rows{job="check",outcome="damaged"} 1`), string(b))
+}

@@ -7,9 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"strings"
 	"time"
 
+	"dedup/batch"
 	"dedup/cli"
 	"dedup/command"
 	"dedup/inspection"
@@ -32,6 +35,8 @@ type flags struct {
 	Since     string      `name:"since" placeholder:"TIME" help:"With --events: from this time (UTC, YYYY-MM-DD or YYYY-MM-DDThh:mm:ss), included."`
 	Until     string      `name:"until" placeholder:"TIME" help:"With --events: up to this time, excluded (default: now)."`
 	Format    string      `name:"format" enum:"text,json,csv" default:"text" help:"text, json (one object per line), or csv (--events only)."`
+	Check     bool        `name:"check" help:"Check the whole ledger file's structure (SQLite PRAGMA quick_check: reads every page; run daily by dedup-check.timer). Exit 1 if damaged."`
+	command.JobFlags
 	cli.Logging
 }
 
@@ -66,8 +71,19 @@ func (f *flags) Validate() error {
 	if f.Format == "csv" && !f.Events {
 		return errors.New("--format csv goes with --events")
 	}
+	if f.Check {
+		n++
+	}
+	if !f.Check && (f.MetricsTextfile != "" || f.SummaryFormat != "text") {
+		return errors.New("--metrics-textfile and --summary-format go with --check")
+	}
+	if f.MetricsTextfile != "" && !strings.HasSuffix(f.MetricsTextfile, ".prom") {
+		// Run through sudo as the ledger's owner, inspect must not be a
+		// way to replace the owner's files with a textfile.
+		return fmt.Errorf("--metrics-textfile %s: the name must end in .prom", f.MetricsTextfile)
+	}
 	if n != 1 {
-		return errors.New("give GUIDs, or --state, or --summary, or --events (one of them)")
+		return errors.New("give GUIDs, or --state, or --summary, or --events, or --check (one of them)")
 	}
 	for _, g := range f.GUIDs {
 		if !lhstd.IsGUID(g) {
@@ -94,6 +110,9 @@ func main() {
 }
 
 func run(f *flags) int {
+	if f.Check {
+		return check(f)
+	}
 	if !backend.IsPostgresURL(f.DB) {
 		// inspect only reads: a missing file is a mistake, not a new ledger.
 		if _, err := os.Stat(f.DB); err != nil {
@@ -215,4 +234,41 @@ func run(f *flags) int {
 		return status
 	}
 	return cli.ExitOK
+}
+
+// checkTimeout bounds inspect --check: the whole file is read, at the
+// daily timer's idle I/O priority.
+const checkTimeout = 6 * time.Hour
+
+// check runs the whole-file check (ledger.Checker) as a batch job: its
+// start and end logged, a summary line (check: ok=1 damaged=0), the
+// textfile, exit 1 if the file is damaged or cannot be read.
+func check(f *flags) int {
+	log := f.Logger(os.Stderr)
+	if !backend.IsPostgresURL(f.DB) {
+		if _, err := os.Stat(f.DB); err != nil {
+			fmt.Fprintf(os.Stderr, "inspect: error: no ledger at %s: %v\n", f.DB, err)
+			return cli.ExitRuntime
+		}
+	}
+	return command.RunJob("check", f.LedgerFlags, f.JobFlags, log, nil,
+		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
+			c, ok := l.(ledger.Checker)
+			if !ok {
+				log.Info("check: a PostgreSQL ledger: the server checks its own pages (run it with data checksums; amcheck checks its indexes); nothing to do here")
+				return batch.CheckSummary{OK: 1}, nil
+			}
+			ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+			defer cancel()
+			start := time.Now()
+			if err := c.Check(ctx); err != nil {
+				if ctx.Err() != nil {
+					return batch.CheckSummary{}, err
+				}
+				log.Error("check: the ledger file is damaged: stop the relay and restore it from a backup (docs: the runbook)", "error", err)
+				return batch.CheckSummary{Damaged: 1}, err
+			}
+			log.Info("check: the ledger file is sound", "took_s", time.Since(start).Seconds())
+			return batch.CheckSummary{OK: 1}, nil
+		})
 }

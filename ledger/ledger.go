@@ -233,6 +233,23 @@ func AllStates(got map[dedup.State]StateStat) []StateStat {
 	return out
 }
 
+// Checker is a ledger that can check its whole file's structure (SQLite:
+// PRAGMA quick_check): what `inspect --check` runs from the daily timer.
+// It reads everything, so no binary runs it when it opens a ledger.
+type Checker interface {
+	Check(ctx context.Context) error
+}
+
+// Why a PostgreSQL write was judged not a commit (Options.OnNotCommitted).
+const (
+	// NotCommittedNotPrimary: the session's server was no longer the
+	// primary (a failover or switchover); the pool was emptied.
+	NotCommittedNotPrimary = "not_primary"
+	// NotCommittedWarning: the primary warned during the commit (it
+	// committed locally without its synchronous standby).
+	NotCommittedWarning = "commit_warning"
+)
+
 // Options configure a backend's Open.
 type Options struct {
 	// Synchronous is "full" (default) or "normal". SQLite: its synchronous
@@ -251,16 +268,23 @@ type Options struct {
 	// OnCommit, if set, is told of every commit that succeeded: how long
 	// it took and how many writes it carried (a group commit counts once).
 	OnCommit func(d time.Duration, writes int)
+	// OnNotCommitted, if set, is told why a write on a shared ledger was
+	// judged not a commit (NotCommittedNotPrimary, NotCommittedWarning):
+	// what a failover does to writes, for the HA dashboard.
+	OnNotCommitted func(reason string)
 	// Warn, if set, is told of something an operator should fix that does
 	// not stop the ledger from opening (a ledger file others can read).
 	Warn func(msg string, args ...any)
-	// CheckInBackground, if set, moves the SQLite ledger's structural check
-	// (PRAGMA quick_check, which reads the whole file: seconds per
-	// gigabyte) out of Open into a goroutine on its own read snapshot, so
-	// that a large ledger opens at once; the header, the journal mode and
-	// the schema are still checked by Open. It is told the check's result
-	// once. If the file is damaged, every later write fails with
-	// ErrDamaged. PostgreSQL ignores it (the server checks its own pages).
+	// CheckInBackground, if set, makes the SQLite ledger scrub itself in
+	// the background (the relay): every table row and index entry read,
+	// slice by slice on fresh snapshots, under 5 % of one core, so that a
+	// restart serves at full speed at once and no snapshot holds back a
+	// checkpoint. Open itself reads only the header, the journal mode and
+	// the schema, whatever the ledger's size (a job's open costs nothing
+	// that grows with the ledger); the whole-file quick_check is Checker's,
+	// run by `inspect --check`. It is told the scrub's result once. If the
+	// file is damaged, every later write fails with ErrDamaged. PostgreSQL
+	// ignores it (the server checks its own pages).
 	CheckInBackground func(took time.Duration, err error)
 	// Actor names who writes the events of this handle's changes:
 	// "relay@HOST", "resolve@HOST"; Actor(name) makes it.

@@ -58,6 +58,7 @@ type Relay struct {
 	clockSkew     prometheus.Gauge
 	clockSteps    prometheus.Counter
 	ageSkipped    map[string]prometheus.Counter
+	notCommitted  map[string]prometheus.Counter
 }
 
 // Age decisions the relay skips while the clocks disagree (the what label
@@ -124,6 +125,13 @@ func New() *Relay {
 	for _, w := range []string{AgeDecisionSweep, AgeDecisionLease} {
 		m.ageSkipped[w] = ageSkipped.WithLabelValues(w)
 	}
+	notCommitted := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_ledger_not_committed_total",
+		Help: "PostgreSQL writes judged not a commit, by reason: not_primary (the server was no longer the primary: a failover) or commit_warning (committed without the synchronous standby). Always 0 on SQLite."}, []string{"reason"})
+	m.notCommitted = map[string]prometheus.Counter{}
+	for _, r := range []string{ledger.NotCommittedNotPrimary, ledger.NotCommittedWarning} {
+		m.notCommitted[r] = notCommitted.WithLabelValues(r)
+	}
+	f(notCommitted)
 	m.openProposals = prometheus.NewGauge(prometheus.GaugeOpts{Name: "dedup_settle_open_proposals",
 		Help: "settle proposals waiting for a second person's decision; refreshed with dedup_ledger_rows."})
 	f(m.openProposals)
@@ -137,6 +145,13 @@ func New() *Relay {
 	for _, c := range []prometheus.Collector{m.replies, answers, core, m.coreDuration, m.txDuration, m.inflight, m.conns,
 		m.commitSeconds, m.commitWrites, rows, oldest, rejected, m.certExpiry} {
 		f(c)
+	}
+	// The relay's own codes are exported at 0 from the start, so that a
+	// dashboard's rate of E902 reads 0, not "no data", until one happens;
+	// the core's B2xx codes appear on first use.
+	for _, code := range []string{dedup.CodeOK, dedup.CodeCoreFailed, dedup.CodeMalformed, dedup.CodeUnknown, dedup.CodeNotSent,
+		dedup.CodeInProgress, dedup.CodeGUIDReused, dedup.CodeCancelled} {
+		m.replyByCode.Store(code, m.replies.WithLabelValues(code))
 	}
 	m.answers = map[dedup.State]prometheus.Counter{}
 	m.rows = map[dedup.State]prometheus.Gauge{}
@@ -272,6 +287,17 @@ func (m *Relay) Commit(d time.Duration, writes int) {
 	if m != nil {
 		m.commitSeconds.Observe(d.Seconds())
 		m.commitWrites.Observe(float64(writes))
+	}
+}
+
+// NotCommitted counts a write the ledger judged not a commit, for reason
+// (ledger.NotCommittedNotPrimary or ledger.NotCommittedWarning).
+func (m *Relay) NotCommitted(reason string) {
+	if m == nil {
+		return
+	}
+	if c, ok := m.notCommitted[reason]; ok {
+		c.Inc()
 	}
 }
 

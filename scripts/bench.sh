@@ -54,10 +54,21 @@
 #   (vs_empty there is against the same ledger's 16-connection point just
 #   before).
 #
+# Table 6 (real binaries): the cost of tracing. The same load (SQLite FULL on
+#   the disk) at 16 and 64 connections with tracing off (no OTEL_ variable),
+#   on to a live OTLP/HTTP endpoint (internal/otlptest/otlpsink --discard:
+#   it reads and answers every export, decoding nothing, as a collector on
+#   another host costs this one nothing), the same with 10 % of the
+#   transfers sampled (OTEL_TRACES_SAMPLER=traceidratio, 0.1), on to an
+#   endpoint that is down (a closed port) and on to one that accepts and
+#   never answers; BENCH_ROUNDS rounds (default 3), the
+#   modes alternating within each, the median printed with the spread.
+#   vs_off = the mode's median tx/s / off's. Target: on (live) >= 0.95x.
+#
 # Also: the idle fsync p50 of this disk for an in-place overwrite of 16 KiB.
 #
 #   scripts/bench.sh [SECONDS_PER_POINT]     (default 5)
-#   BENCH_TABLES="3" scripts/bench.sh        only some tables (default "1 2 3 4 5")
+#   BENCH_TABLES="3" scripts/bench.sh        only some tables (default "1 2 3 4 5 6")
 #   BENCH_SCALE="0 1000000" scripts/bench.sh table 5's ledger sizes (default "0 1000000 10000000")
 #   BENCH_PURGE_BASE=REV scripts/bench.sh    table 5 also purges with purge built from REV, first (same run)
 #   BENCH_LEDGERS=postgres scripts/bench.sh  table 5 on one ledger only (default "sqlite postgres")
@@ -71,7 +82,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 secs=${1:-5}
-tables=${BENCH_TABLES:-1 2 3 4 5}
+tables=${BENCH_TABLES:-1 2 3 4 5 6}
 # The last commit before the events table (tx_event): table 4's "before".
 base=${BENCH_BASE:-7748061}
 want() { [[ " $tables " == *" $1 "* ]]; }
@@ -461,4 +472,52 @@ for backend in ${BENCH_LEDGERS:-sqlite postgres}; do
 done
 cat "$work/preload.txt" "$work/purge.txt"
 echo "targets: >= 0.95x of the empty ledger at the largest size; purge >= 100000 rows/s with the load >= 0.9x and no reply over 50 ms"
+fi
+
+if want 6; then
+echo
+echo "== table 6: the cost of tracing (SQLite FULL on the disk), ${secs}s per point, ${BENCH_ROUNDS:-3} rounds alternating"
+bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core6.log" &
+pids+=($!)
+core6="http://$(wait_listening "$work/core6.log")"
+bin/otlpsink --discard >"$work/sink.out" 2>"$work/sink.log" &
+sinkpid=$!; pids+=($sinkpid)
+live="http://$(wait_listening "$work/sink.log")"
+bin/otlpsink --hang >/dev/null 2>"$work/hang.log" &
+pids+=($!)
+hung="http://$(wait_listening "$work/hang.log")"
+down="http://$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print("127.0.0.1:%d" % s.getsockname()[1])')"
+: >"$work/table6.txt"
+for round in $(seq 1 "${BENCH_ROUNDS:-3}"); do
+  for c in 16 64; do
+    for mode in off live live-10% down hanging; do
+      rm -f "$work"/trace.db*
+      unset OTEL_TRACES_SAMPLER OTEL_TRACES_SAMPLER_ARG
+      case $mode in
+        off) unset OTEL_EXPORTER_OTLP_ENDPOINT ;;
+        live) export OTEL_EXPORTER_OTLP_ENDPOINT=$live ;;
+        live-10%) export OTEL_EXPORTER_OTLP_ENDPOINT=$live OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.1 ;;
+        down) export OTEL_EXPORTER_OTLP_ENDPOINT=$down ;;
+        hanging) export OTEL_EXPORTER_OTLP_ENDPOINT=$hung ;;
+      esac
+      load_point "$work/trace.db" "$core6" -- --core "$core6"
+      unset OTEL_EXPORTER_OTLP_ENDPOINT OTEL_TRACES_SAMPLER OTEL_TRACES_SAMPLER_ARG
+      echo "$mode $c $tps $p50 $p99 $cpu $twice" >>"$work/table6.txt"
+    done
+  done
+done
+kill -TERM "$sinkpid"; wait "$sinkpid" 2>/dev/null || true
+printf "%-8s %-6s %9s %15s %8s %8s %10s %8s %14s\n" "tracing" "conns" "tx/s" "spread" "p50ms" "p99ms" "cpu_us/tx" "vs_off" "applied_twice"
+sort -k2,2n -k1,1 -k3,3n "$work/table6.txt" | awk '
+  { k=$1" "$2; n[k]++; tps[k,n[k]]=$3; p50[k,n[k]]=$4; p99[k,n[k]]=$5; cpu[k,n[k]]=$6; tw[k]+=$7; modes[$1]=1; cs[$2]=1 }
+  function med(a, k, m,   i, v, tmp, j, x) { for (i=1;i<=m;i++) v[i]=a[k,i]
+    for (i=1;i<=m;i++) for (j=i+1;j<=m;j++) if (v[j]+0<v[i]+0) { x=v[i]; v[i]=v[j]; v[j]=x }
+    return v[int((m+1)/2)] }
+  END { split("16 64", order, " "); split("off live live-10% down hanging", ms, " ")
+    for (i=1;i<=2;i++) { c=order[i]; off=med(tps, "off " c, n["off " c])
+      for (j=1;j<=5;j++) { k=ms[j]" "c; if (!(k in n)) continue; m=n[k]
+        lo=tps[k,1]; hi=tps[k,m]
+        printf "%-8s %-6s %9d %15s %8s %8s %10s %7.2fx %14d\n", ms[j], c, med(tps,k,m), lo"-"hi, med(p50,k,m), med(p99,k,m), med(cpu,k,m), med(tps,k,m)/(off>0?off:1), tw[k] } } }'
+echo "the live endpoint received: $(cat "$work/sink.out")"
+echo "target: tracing on (live) >= 0.95x of off at 64 connections; off is the release default (no OTEL_ variable: no exporter)"
 fi

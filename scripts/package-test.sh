@@ -53,7 +53,7 @@ check_dir() { # PATH MODE OWNER:GROUP
 check_dir /var/lib/dedup 700 dedup:dedup
 check_dir /var/log/dedup 750 dedup:dedup
 check_dir /var/lib/node_exporter/textfile 775 root:dedup
-for u in dedup-relay.service dedup-console.service dedup-resolve.service dedup-resolve.timer dedup-reprocess.service dedup-reprocess.timer dedup-purge.service dedup-purge.timer; do
+for u in dedup-relay.service dedup-console.service dedup-resolve.service dedup-resolve.timer dedup-reprocess.service dedup-reprocess.timer dedup-purge.service dedup-purge.timer dedup-check.service dedup-check.timer; do
   [ -f "/lib/systemd/system/$u" ] || fail "unit $u not installed"
 done
 ok "units installed in /lib/systemd/system"
@@ -89,6 +89,7 @@ man -w relay >/dev/null 2>&1 || [ -f /usr/share/man/man1/relay.1.gz ] || fail "n
 [ -f /usr/share/man/man1/settle.1.gz ] || fail "no man page for settle"
 /usr/bin/settle --version >/dev/null || fail "settle is not installed"
 grep -q DedupSettleProposalWaiting /usr/share/dedup/prometheus/alerts.yml || fail "the settle alert is not shipped"
+cmp -s deploy/grafana/dedup.json /usr/share/dedup/grafana/dedup.json || fail "the Grafana dashboard is not shipped as deploy/grafana/dedup.json"
 ok "man pages installed (settle's too), settle and its alert shipped"
 
 /usr/bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &

@@ -89,11 +89,12 @@ CONTROL
 s="$work/dedup"
 build "$s/usr/bin" ./relay ./resolve ./reprocess ./purge ./inspect ./settle ./console
 install -d -m 0755 "$s/lib/systemd/system" "$s/etc/dedup" "$s/etc/logrotate.d" "$s/etc/cron.d" \
-  "$s/usr/share/dedup" "$s/usr/share/dedup/prometheus" "$s/usr/share/doc/dedup/docs" "$s/usr/share/doc/dedup/examples"
+  "$s/usr/share/dedup" "$s/usr/share/dedup/prometheus" "$s/usr/share/dedup/grafana" "$s/usr/share/doc/dedup/docs" "$s/usr/share/doc/dedup/examples"
 install -m 0644 deploy/systemd/*.service deploy/systemd/*.timer "$s/lib/systemd/system/"
 install -m 0644 deploy/etc/relay.env deploy/etc/jobs.env deploy/etc/console.env "$s/etc/dedup/"
 install -m 0644 deploy/logrotate/dedup "$s/etc/logrotate.d/dedup"
 install -m 0644 deploy/prometheus/alerts.yml deploy/prometheus/alerts_test.yml "$s/usr/share/dedup/prometheus/"
+install -m 0644 deploy/grafana/dedup.json "$s/usr/share/dedup/grafana/"
 install -m 0644 deploy/cron.example "$s/usr/share/doc/dedup/examples/cron"
 # The operators' sudo rule, installed by postinst as /etc/sudoers.d/dedup
 # (root's, 0440, checked with visudo first): shipping the file itself would

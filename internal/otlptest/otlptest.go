@@ -47,17 +47,29 @@ type Collector struct {
 	spans    []Span
 	raw      bytes.Buffer
 	requests int
+	bytes    int64
 	hanging  bool
+	discard  bool
 	bad      []string // requests that did not decode
 }
 
+// Options change a collector.
+type Options struct {
+	// Discard: count each export's bytes and answer it, decoding and
+	// keeping nothing (the benchmark's live endpoint).
+	Discard bool
+}
+
 // Start starts a collector on addr ("127.0.0.1:0" for any port).
-func Start(addr string) (*Collector, error) {
+func Start(addr string) (*Collector, error) { return StartWith(addr, Options{}) }
+
+// StartWith is Start with options.
+func StartWith(addr string, o Options) (*Collector, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	c := &Collector{ln: ln, hang: make(chan struct{})}
+	c := &Collector{ln: ln, hang: make(chan struct{}), discard: o.Discard}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/traces", c.export)
 	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -106,6 +118,14 @@ func (c *Collector) export(w http.ResponseWriter, r *http.Request) {
 		}
 		body = gz
 	}
+	if c.discard {
+		n, _ := io.Copy(io.Discard, body)
+		c.mu.Lock()
+		c.bytes += n
+		c.mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		return
+	}
 	b, err := io.ReadAll(io.LimitReader(body, 64<<20))
 	if err != nil {
 		c.fail(w, "read: "+err.Error())
@@ -138,6 +158,7 @@ func (c *Collector) export(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.mu.Lock()
+	c.bytes += int64(len(b))
 	c.raw.Write(b)
 	c.spans = append(c.spans, spans...)
 	c.mu.Unlock()
@@ -189,6 +210,13 @@ func (c *Collector) Raw() []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return bytes.Clone(c.raw.Bytes())
+}
+
+// Bytes is how many bytes of export bodies arrived.
+func (c *Collector) Bytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
 }
 
 // Requests is how many export requests arrived (hung ones included).

@@ -169,6 +169,7 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	if f.MetricsListen != "" {
 		m = metrics.New()
 		opts.OnCommit = m.Commit
+		opts.OnNotCommitted = m.NotCommitted
 	}
 	l, err := backend.Open(f.DB, opts)
 	if err != nil {

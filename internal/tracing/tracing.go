@@ -23,6 +23,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -172,12 +173,31 @@ func Start(ctx context.Context, service, version string, log *slog.Logger) (*Pro
 		name, _ := res.Set().Value(semconv.ServiceNameKey)
 		log.Info("tracing on", "endpoint", Where(os.Getenv), "service", name.Emit())
 	}
-	return &Provider{Tracer: &Tracer{t: tp.Tracer("dedup"), prop: prop}, provider: tp}, nil
+	t := tp.Tracer("dedup")
+	setActive(t)
+	return &Provider{Tracer: &Tracer{t: t, prop: prop}, provider: tp}, nil
 }
 
 // New returns a Tracer on tp (tests wire an in-memory provider).
 func New(tp trace.TracerProvider) *Tracer {
-	return &Tracer{t: tp.Tracer("dedup"), prop: propagation.TraceContext{}}
+	t := tp.Tracer("dedup")
+	setActive(t)
+	return &Tracer{t: t, prop: propagation.TraceContext{}}
+}
+
+// active is the tracer of the last Start or New: Child and ClientChild
+// start their spans with it rather than asking the parent's provider for a
+// tracer on every span (a lock and a map lookup each time).
+var active atomic.Pointer[trace.Tracer]
+
+func setActive(t trace.Tracer) { active.Store(&t) }
+
+// tracerFor returns the tracer to start a child of parent with.
+func tracerFor(parent trace.Span) trace.Tracer {
+	if t := active.Load(); t != nil {
+		return *t
+	}
+	return parent.TracerProvider().Tracer("dedup")
 }
 
 // noSpan is the span a nil Tracer hands out: it records nothing.
@@ -216,7 +236,7 @@ func Child(ctx context.Context, name string, attrs ...attribute.KeyValue) (conte
 	if !parent.IsRecording() {
 		return ctx, noSpan
 	}
-	return parent.TracerProvider().Tracer("dedup").Start(ctx, name, trace.WithAttributes(attrs...))
+	return tracerFor(parent).Start(ctx, name, trace.WithAttributes(attrs...))
 }
 
 // ClientChild is Child for a span that calls out (the core), whose context
@@ -226,7 +246,7 @@ func ClientChild(ctx context.Context, name string, attrs ...attribute.KeyValue) 
 	if !parent.IsRecording() {
 		return ctx, noSpan
 	}
-	return parent.TracerProvider().Tracer("dedup").Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
+	return tracerFor(parent).Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrs...))
 }
 

@@ -131,13 +131,22 @@ func (l *Ledger) onConn(ctx context.Context, write func(c *pgxpool.Conn) error) 
 	case notPrimary(err):
 		data[doomedKey] = true
 		l.pool.Reset() // every pooled session is to the old primary
+		l.notCommitted(ledger.NotCommittedNotPrimary)
 		return fmt.Errorf("%w: the server is no longer the primary: %v", ledger.ErrNotCommitted, err)
 	case err != nil:
 		return err
 	}
 	if w, warned := data[warnedKey].(string); warned {
 		data[doomedKey] = true
+		l.notCommitted(ledger.NotCommittedWarning)
 		return fmt.Errorf("%w: the server warned %q (committed locally at most; a failover may lose it)", ledger.ErrNotCommitted, w)
 	}
 	return nil
+}
+
+// notCommitted tells Options.OnNotCommitted why a write was not a commit.
+func (l *Ledger) notCommitted(reason string) {
+	if l.onNotCommitted != nil {
+		l.onNotCommitted(reason)
+	}
 }

@@ -64,8 +64,10 @@ type Ledger struct {
 	pool     *pgxpool.Pool
 	faults   *ledger.Faults
 	onCommit func(time.Duration, int)
-	closed   atomic.Bool
-	actor    string // who writes this handle's events
+	// onNotCommitted is told why a write was judged not a commit.
+	onNotCommitted func(string)
+	closed         atomic.Bool
+	actor          string // who writes this handle's events
 	// Group commit (nil ops: every write is its own statement).
 	ops      chan *wop
 	confirms chan *confirmation // rule 13's confirmations, batched like the writes
@@ -119,7 +121,7 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{pool: pool, faults: opts.Faults, onCommit: opts.OnCommit, maxBatch: opts.MaxBatch, actor: ledger.ActorOf(opts)}
+	l := &Ledger{pool: pool, faults: opts.Faults, onCommit: opts.OnCommit, onNotCommitted: opts.OnNotCommitted, maxBatch: opts.MaxBatch, actor: ledger.ActorOf(opts)}
 	if err := l.prepare(ctx); err != nil {
 		pool.Close()
 		return nil, err

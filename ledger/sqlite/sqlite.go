@@ -147,15 +147,11 @@ func (l *Ledger) prepareWriteConn(ctx context.Context) error {
 	if _, err := l.conn.ExecContext(ctx, dedup.Schema); err != nil {
 		return fmt.Errorf("apply schema: %w", translate(err))
 	}
-	// A quick structural check, so that a damaged file is refused at start
-	// with its name rather than failing one claim at a time; or, for a
-	// caller that cannot wait seconds per gigabyte, in the background
-	// (checkInBackground).
-	if l.checkDone == nil {
-		if err := quickCheck(ctx, l.conn); err != nil {
-			return err
-		}
-	}
+	// No whole-file check here: opening costs the same on a ledger of ten
+	// rows or ten million (a job run every minute must not read 4 GB each
+	// time). The header, the journal mode and the schema were just read;
+	// the relay scrubs the rest in the background (scrub.go), and the
+	// daily `inspect --check` runs SQLite's full check.
 	// Checkpoints stay SQLite's automatic ones (every 1000 WAL pages, run
 	// by the committing connection). A background checkpointer was tried
 	// and measured worse: under a steady writer it never catches up with
@@ -280,16 +276,16 @@ func quickCheck(ctx context.Context, c interface {
 	return nil
 }
 
-// checkInBackground runs quickCheck on a read connection (its own
-// snapshot: the writes go on meanwhile) and tells done the result. A
-// damaged file fails every write from then on; Close stops the check.
+// checkInBackground scrubs the ledger (scrub.go: every b-tree, slice by
+// slice, under 5 % of one core) through the read pool and tells done the
+// result. A damaged file fails every write from then on; Close stops it.
 func (l *Ledger) checkInBackground() {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.stopCheck, l.checkEnded = cancel, make(chan struct{})
 	go func() {
 		defer close(l.checkEnded)
 		start := time.Now()
-		err := quickCheck(ctx, l.rdb)
+		_, err := scrub(ctx, l.rdb)
 		if ctx.Err() != nil {
 			return // closed meanwhile
 		}

@@ -299,12 +299,43 @@ func damagedInside(t *testing.T) string {
 	return path
 }
 
-// The damage inside a file is refused at open when the check runs there.
-func TestOpenRefusesAFileDamagedInside(t *testing.T) {
+// Open reads no more than the header, the journal mode and the schema
+// (its cost does not grow with the ledger), so a file damaged inside opens;
+// the whole-file check (Check: inspect --check) finds the damage.
+func TestOpenReadsNoWholeFileAndCheckFindsDamageInside(t *testing.T) {
 	path := damagedInside(t)
-	_, err := Open(path, ledger.Options{})
-	assert.ErrorContains(t, err, path)
+	l, err := Open(path, ledger.Options{})
+	assert.NilError(t, err, "Open read past the header and the schema")
+	defer l.Close()
+	err = l.Check(ctx)
 	assert.ErrorContains(t, err, "integrity check")
+}
+
+// The scrub walks every b-tree, each in slices: the tx table, its primary
+// key and its state index once per row, the events' table and two of its
+// indexes once per event.
+func TestScrubReadsEveryEntryOfEveryTree(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := Open(path, ledger.Options{})
+	assert.NilError(t, err)
+	defer l.Close()
+	const rows = 3*scrubSlice + 17 // several slices and a short last one
+	for i := 0; i < rows; i++ {
+		_, err := l.Claim(ctx, fmt.Sprintf("G%031d", i), "TRF00001", make([]byte, 200))
+		assert.NilError(t, err)
+	}
+	// Ten reclaim events (FAILED/E902 rows taken back).
+	for i := 0; i < 10; i++ {
+		g := fmt.Sprintf("G%031d", i)
+		_, err := l.Finish(ctx, g, 1, ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent})
+		assert.NilError(t, err)
+		_, _, ok, err := l.Reclaim(ctx, g, nil, 0)
+		assert.NilError(t, err)
+		assert.Assert(t, ok)
+	}
+	n, err := scrub(ctx, l.rdb)
+	assert.NilError(t, err)
+	assert.Equal(t, n, int64(3*rows+3*10))
 }
 
 // With the check in the background (the relay, which must not wait seconds
