@@ -65,10 +65,22 @@
 #   modes alternating within each, the median printed with the spread.
 #   vs_off = the mode's median tx/s / off's. Target: on (live) >= 0.95x.
 #
+# Table 7 (real binaries): costs that grow with the ledger, before and after.
+#   On SQLite ledgers of BENCH_SCALE7 rows (default "0 10000000"; DONE rows
+#   with random GUIDs over 7 days, as table 5 preloads them), this checkout
+#   against the binaries built from BENCH_SCALE_BASE (default 576787c, the
+#   last commit whose binaries read the whole file when they opened it):
+#   the wall time of a job with nothing to do (resolve --min-age 300,
+#   reprocess, purge --days 30, settle list, inspect GUID), and the relay's
+#   first 10 s after a start at 16 connections against the same relay's
+#   steady state once its background check ended (first_10s = tx/s in the
+#   first 10 s / steady tx/s), with the page cache warm and dropped
+#   (echo 3 > /proc/sys/vm/drop_caches: root only).
+#
 # Also: the idle fsync p50 of this disk for an in-place overwrite of 16 KiB.
 #
 #   scripts/bench.sh [SECONDS_PER_POINT]     (default 5)
-#   BENCH_TABLES="3" scripts/bench.sh        only some tables (default "1 2 3 4 5 6")
+#   BENCH_TABLES="3" scripts/bench.sh        only some tables (default "1 2 3 4 5 6 7")
 #   BENCH_SCALE="0 1000000" scripts/bench.sh table 5's ledger sizes (default "0 1000000 10000000")
 #   BENCH_PURGE_BASE=REV scripts/bench.sh    table 5 also purges with purge built from REV, first (same run)
 #   BENCH_LEDGERS=postgres scripts/bench.sh  table 5 on one ledger only (default "sqlite postgres")
@@ -82,7 +94,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 secs=${1:-5}
-tables=${BENCH_TABLES:-1 2 3 4 5 6}
+tables=${BENCH_TABLES:-1 2 3 4 5 6 7}
 # The last commit before the events table (tx_event): table 4's "before".
 base=${BENCH_BASE:-7748061}
 want() { [[ " $tables " == *" $1 "* ]]; }
@@ -334,18 +346,9 @@ awk '{ t[$1, $2] += $3; n[$1, $2]++ } END { for (c = 1; c <= 64; c *= 4) if ((("
   printf "after / before at %d conns: %.0f%% (mean %d against %d tx/s)\n", c, 100*t["after", c]/t["before", c], t["after", c]/n["after", c], t["before", c]/n["before", c] }' "$work/table4.txt"
 fi
 
-if want 5; then
-echo
-echo "== table 5: the ledger's size, SQLite FULL on the disk and PostgreSQL, channel load --dup-ratio 0.1, ${secs}s per point"
-scale=${BENCH_SCALE:-0 1000000 10000000}
-largest=$(tr ' ' '\n' <<<"$scale" | sort -n | tail -n1)
-bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
-pids+=($!)
-core="http://$(wait_listening "$work/core.log")"
-pgurl=$(scripts/pg.sh start "$work/pg5")
-trap 'scripts/pg.sh stop "$work/pg5"; cleanup' EXIT
-# preload_sqlite FILE ROWS and preload_postgres URL ROWS: one INSERT ... SELECT
-# of ROWS DONE rows, oldest first, updated_at spread over the last 7 days.
+# preload_sqlite FILE ROWS: one INSERT ... SELECT of ROWS DONE rows, oldest
+# first, updated_at spread over the last 7 days, GUIDs of the channels' form
+# with 21 random digits (tables 5 and 7).
 preload_sqlite() {
   sqlite3 "$1" <schema.sql
   [ "$2" -gt 0 ] || return 0
@@ -365,6 +368,17 @@ INSERT OR IGNORE INTO tx SELECT guid, 'TRF00001', 'DONE', '0000',
 PRAGMA journal_mode=WAL;
 SQL
 }
+if want 5; then
+echo
+echo "== table 5: the ledger's size, SQLite FULL on the disk and PostgreSQL, channel load --dup-ratio 0.1, ${secs}s per point"
+scale=${BENCH_SCALE:-0 1000000 10000000}
+largest=$(tr ' ' '\n' <<<"$scale" | sort -n | tail -n1)
+bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
+pids+=($!)
+core="http://$(wait_listening "$work/core.log")"
+pgurl=$(scripts/pg.sh start "$work/pg5")
+trap 'scripts/pg.sh stop "$work/pg5"; cleanup' EXIT
+# preload_postgres URL ROWS: as preload_sqlite (above), on PostgreSQL.
 preload_postgres() {
   PGOPTIONS="-c client_min_messages=warning" psql "$1" -qc "DROP TABLE IF EXISTS tx; DROP TABLE IF EXISTS tx_event" >/dev/null
   bin/inspect --db "$1" --summary >/dev/null   # creates the schema, as every binary does
@@ -520,4 +534,65 @@ sort -k2,2n -k1,1 -k3,3n "$work/table6.txt" | awk '
         printf "%-8s %-6s %9d %15s %8s %8s %10s %7.2fx %14d\n", ms[j], c, med(tps,k,m), lo"-"hi, med(p50,k,m), med(p99,k,m), med(cpu,k,m), med(tps,k,m)/(off>0?off:1), tw[k] } } }'
 echo "the live endpoint received: $(cat "$work/sink.out")"
 echo "target: tracing on (live) >= 0.95x of off at 64 connections; off is the release default (no OTEL_ variable: no exporter)"
+fi
+
+if want 7; then
+echo
+echo "== table 7: costs that grow with the ledger (SQLite FULL on the disk), this checkout against ${BENCH_SCALE_BASE:-576787c}"
+sbase=${BENCH_SCALE_BASE:-576787c}
+git worktree add -q --detach "$work/sbase" "$sbase"
+(cd "$work/sbase" && go build -o "$work/base-bin/" ./relay ./resolve ./reprocess ./purge ./settle ./inspect)
+git worktree remove --force "$work/sbase"
+bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core7.log" &
+pids+=($!)
+core7="http://$(wait_listening "$work/core7.log")"
+drop_cache() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || echo "(page cache not dropped: not root)" >&2; }
+walltime() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1 || true; t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b-a }'; }
+printf "%-9s %-7s %-10s %9s %9s %9s %9s %9s\n" "rows" "build" "cache" "resolve_s" "reproc_s" "purge_s" "settle_s" "inspect_s"
+: >"$work/table7relay.txt"
+for rows in ${BENCH_SCALE7:-0 10000000}; do
+  db="$work/scale7.db"
+  rm -f "$db"*
+  t0=$(date +%s)
+  preload_sqlite "$db" "$rows"
+  sync
+  echo "preloaded $rows rows in $(( $(date +%s) - t0 )) s ($(du -h "$db" | cut -f1))" >>"$work/preload7.txt"
+  g=$(sqlite3 "$db" "SELECT guid FROM tx LIMIT 1" 2>/dev/null || true)
+  for build in before after; do
+    dir=bin; [ "$build" = before ] && dir="$work/base-bin"
+    for cache in warm cold; do
+      [ "$cache" = cold ] && drop_cache
+      r=$(walltime "$dir/resolve" --db "$db" --core "$core7" --min-age 300)
+      [ "$cache" = cold ] && drop_cache
+      p=$(walltime "$dir/reprocess" --db "$db" --core "$core7")
+      [ "$cache" = cold ] && drop_cache
+      u=$(walltime "$dir/purge" --db "$db" --days 30)
+      [ "$cache" = cold ] && drop_cache
+      s7=$(walltime "$dir/settle" --db "$db" list)
+      [ "$cache" = cold ] && drop_cache
+      i=$(walltime "$dir/inspect" --db "$db" "${g:-20261202MOB000000000000000000000}")
+      printf "%-9s %-7s %-10s %9s %9s %9s %9s %9s\n" "$rows" "$build" "$cache" "$r" "$p" "$u" "$s7" "$i"
+      # The relay: its first 10 s after a start, then its steady state
+      # once its background check has ended.
+      [ "$cache" = cold ] && drop_cache
+      "$dir/relay" --db "$db" --listen 127.0.0.1:0 --core "$core7" 2>"$work/relay7.log" &
+      rpid=$!
+      relay=$(wait_listening "$work/relay7.log")
+      first=$(bin/channel load --relay "$relay" --conns 16 --duration 10 --dup-ratio 0.1 --amount 1 --core "$core7")
+      for _ in $(seq 1 1200); do grep -q "ledger check" "$work/relay7.log" && break; sleep 0.5; done
+      checked=$(grep -o 'ledger check [a-z]*.*took_s=[0-9.]*' "$work/relay7.log" | sed 's/.*took_s=/took_s=/' | head -n1)
+      steady=$(bin/channel load --relay "$relay" --conns 16 --duration "$secs" --dup-ratio 0.1 --amount 1 --core "$core7")
+      kill -TERM "$rpid"; wait "$rpid" || true
+      f=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$first"); st=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$steady")
+      fmax=$(sed -n 's/.*max=\([0-9.]*\).*/\1/p' <<<"$first")
+      tw=$(( $(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$first") + $(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$steady") ))
+      echo "$rows $build $cache $f $st $fmax ${checked:-none} $tw" >>"$work/table7relay.txt"
+    done
+  done
+done
+echo
+printf "%-9s %-7s %-6s %12s %11s %10s %11s %16s %14s\n" "rows" "build" "cache" "first10s_tps" "steady_tps" "first_10s" "first_maxms" "background_check" "applied_twice"
+awk '{ printf "%-9s %-7s %-6s %12s %11s %9.2fx %11s %16s %14s\n", $1, $2, $3, $4, $5, $4/($5>0?$5:1), $6, $7, $8 }' "$work/table7relay.txt"
+cat "$work/preload7.txt"
+echo "targets: a job with nothing to do under 1 s at every size; the relay's first 10 s within 0.9x of its steady state"
 fi

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,9 +18,14 @@ import (
 	"dedup/coreapi"
 	"dedup/internal/channel"
 	"dedup/internal/fixturecore"
+	"dedup/internal/otlptest"
+	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/ledger/sqlite"
 	"dedup/metrics"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // memStore is an in-memory Store with the ledger's semantics, used only by
@@ -186,7 +192,7 @@ func (m *memStore) SweepOrphans(context.Context, time.Duration) (int64, error) {
 //	go test -run '^$' -bench Relay -benchtime 20000x ./internal/relay/
 func BenchmarkRelay(b *testing.B) {
 	for _, conns := range []int{1, 16, 64} {
-		for _, store := range []string{"memory", "memory+fsync", "full", "normal", "full+metrics"} {
+		for _, store := range []string{"memory", "memory+fsync", "full", "normal", "full+metrics", "memory+tracing", "memory+tracing-10%"} {
 			b.Run(fmt.Sprintf("conns=%d/store=%s", conns, store), func(b *testing.B) {
 				benchRelay(b, store, conns)
 			})
@@ -214,6 +220,30 @@ func benchRelay(b *testing.B, store string, conns int) {
 	if store == "full+metrics" {
 		store, m = "full", metrics.New()
 	}
+	// memory+tracing: every transfer traced and exported over OTLP/HTTP
+	// to a live endpoint on loopback that discards what it reads (the
+	// SDK's whole cost: spans, batching, protobuf, HTTP); -10%: sampled.
+	var tracer *tracing.Tracer
+	if strings.HasPrefix(store, "memory+tracing") {
+		col, err := otlptest.StartWith("127.0.0.1:0", otlptest.Options{Discard: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer col.Close()
+		sampler := sdktrace.AlwaysSample()
+		if strings.HasSuffix(store, "-10%") {
+			sampler = sdktrace.TraceIDRatioBased(0.1)
+		}
+		exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(col.URL()+"/v1/traces"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sampler)),
+			sdktrace.WithBatcher(exp, sdktrace.WithMaxQueueSize(tracing.QueueSize), sdktrace.WithBatchTimeout(time.Second)))
+		defer tp.Shutdown(context.Background())
+		tracer = tracing.New(tp)
+		store = "memory"
+	}
 	switch store {
 	case "memory":
 		st = newMemStore()
@@ -233,7 +263,7 @@ func benchRelay(b *testing.B, store string, conns int) {
 		defer l.Close()
 		st = l
 	}
-	srv := New(Config{Store: st, Core: client, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: m})
+	srv := New(Config{Store: st, Core: client, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: m, Tracer: tracer})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
