@@ -404,19 +404,7 @@ func TestDamagedSQLiteLedgerFoundWhileServingRefusesEveryNewClaim(t *testing.T) 
 	t.Parallel()
 	c := startCore(t)
 	db := filepath.Join(t.TempDir(), "relay.db")
-	ldb := openDB(t, db)
-	ldb.applySchema(t)
-	ldb.insertOldDone(t, 3000, make([]byte, 135), make([]byte, 117))
-	_, err := ldb.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-	assert.NilError(t, err)
-	assert.NilError(t, ldb.Close())
-	st, err := os.Stat(db)
-	assert.NilError(t, err)
-	f, err := os.OpenFile(db, os.O_WRONLY, 0)
-	assert.NilError(t, err)
-	_, err = f.WriteAt([]byte(strings.Repeat("garbage!", 4*4096/8)), st.Size()/2/4096*4096)
-	assert.NilError(t, err)
-	assert.NilError(t, f.Close())
+	damagedLedger(t, db, true)
 
 	r := startRelay(t, db, c.url, "--metrics-listen", "127.0.0.1:0")
 	r.waitLog(t, "ledger check failed")
@@ -446,12 +434,7 @@ func TestInspectCheckFindsADamagedFile(t *testing.T) {
 		return
 	}
 	db := filepath.Join(dir, "relay.db")
-	ldb := openDB(t, db)
-	ldb.applySchema(t)
-	ldb.insertOldDone(t, 3000, make([]byte, 135), make([]byte, 117))
-	_, err := ldb.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-	assert.NilError(t, err)
-	assert.NilError(t, ldb.Close())
+	damagedLedger(t, db, false)
 
 	prom := filepath.Join(dir, "check.prom")
 	res := runJob(t, "inspect", "--db", db, "--check", "--metrics-textfile", prom)
@@ -462,13 +445,7 @@ func TestInspectCheckFindsADamagedFile(t *testing.T) {
 	assert.Assert(t, strings.Contains(string(b), `dedup_job_rows{job="check",outcome="damaged"} 0`), string(b))
 	assert.Assert(t, strings.Contains(string(b), `dedup_job_last_success_timestamp_seconds{job="check"}`), string(b))
 
-	st, err := os.Stat(db)
-	assert.NilError(t, err)
-	f, err := os.OpenFile(db, os.O_WRONLY, 0)
-	assert.NilError(t, err)
-	_, err = f.WriteAt([]byte(strings.Repeat("garbage!", 4*4096/8)), st.Size()/2/4096*4096)
-	assert.NilError(t, err)
-	assert.NilError(t, f.Close())
+	damageMiddle(t, db)
 
 	// A job opens it without reading it whole (and has nothing to do).
 	res = runJob(t, "resolve", "--db", db, "--min-age", "300")
@@ -482,4 +459,32 @@ func TestInspectCheckFindsADamagedFile(t *testing.T) {
 	b, err = os.ReadFile(prom)
 	assert.NilError(t, err)
 	assert.Assert(t, strings.Contains(string(b), `dedup_job_rows{job="check",outcome="damaged"} 1`), string(b))
+}
+
+// damagedLedger writes a SQLite ledger of 3,000 old DONE rows at db, all in
+// the main file, and overwrites 4 pages in its middle if damage: the header
+// and the schema still read fine, only a check of the pages finds it.
+func damagedLedger(t *testing.T, db string, damage bool) {
+	t.Helper()
+	ldb := openDB(t, db)
+	ldb.applySchema(t)
+	ldb.insertOldDone(t, 3000, make([]byte, 135), make([]byte, 117))
+	_, err := ldb.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	assert.NilError(t, err)
+	assert.NilError(t, ldb.Close())
+	if damage {
+		damageMiddle(t, db)
+	}
+}
+
+// damageMiddle overwrites 4 pages in the middle of the file at db.
+func damageMiddle(t *testing.T, db string) {
+	t.Helper()
+	st, err := os.Stat(db)
+	assert.NilError(t, err)
+	f, err := os.OpenFile(db, os.O_WRONLY, 0)
+	assert.NilError(t, err)
+	_, err = f.WriteAt([]byte(strings.Repeat("garbage!", 4*4096/8)), st.Size()/2/4096*4096)
+	assert.NilError(t, err)
+	assert.NilError(t, f.Close())
 }

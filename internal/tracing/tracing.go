@@ -72,8 +72,7 @@ const (
 
 // Tracer starts spans. A nil *Tracer starts none.
 type Tracer struct {
-	t    trace.Tracer
-	prop propagation.TextMapPropagator
+	t trace.Tracer
 }
 
 // Provider is what Start set up: its Tracer (nil when tracing is off) and
@@ -166,8 +165,7 @@ func Start(ctx context.Context, service, version string, log *slog.Logger) (*Pro
 	// An export that fails is logged by the SDK's handler, at most once a
 	// minute here: the endpoint's address, never its headers.
 	otel.SetErrorHandler(&rateLimited{log: log, every: time.Minute})
-	prop := propagation.TraceContext{}
-	otel.SetTextMapPropagator(prop)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
 	otel.SetTracerProvider(tp)
 	if log != nil {
 		name, _ := res.Set().Value(semconv.ServiceNameKey)
@@ -175,14 +173,14 @@ func Start(ctx context.Context, service, version string, log *slog.Logger) (*Pro
 	}
 	t := tp.Tracer("dedup")
 	setActive(t)
-	return &Provider{Tracer: &Tracer{t: t, prop: prop}, provider: tp}, nil
+	return &Provider{Tracer: &Tracer{t: t}, provider: tp}, nil
 }
 
 // New returns a Tracer on tp (tests wire an in-memory provider).
 func New(tp trace.TracerProvider) *Tracer {
 	t := tp.Tracer("dedup")
 	setActive(t)
-	return &Tracer{t: t, prop: propagation.TraceContext{}}
+	return &Tracer{t: t}
 }
 
 // active is the tracer of the last Start or New: Child and ClientChild
@@ -202,14 +200,6 @@ func tracerFor(parent trace.Span) trace.Tracer {
 
 // noSpan is the span a nil Tracer hands out: it records nothing.
 var noSpan = trace.SpanFromContext(context.Background())
-
-// Start starts a span named name as a child of ctx's span, or a root span.
-func (t *Tracer) Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	if t == nil {
-		return ctx, noSpan
-	}
-	return t.t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
-}
 
 // StartTransfer starts the relay's span for one transfer (a root span: a
 // channel's telegram carries no trace context). Its parameters are not
