@@ -154,10 +154,14 @@ func TestManualSettlementInTwoBrowsers(t *testing.T) {
 	shoot(t, lee, "4-lee-sees-the-proposal")
 	assert.NilError(t, chromedp.Do(lee, chromedp.Click(chromedp.ID(fmt.Sprintf(`approve-%d`, id)))))
 	waitFor(t, func() bool { return d.state(t, g) == "FAILED/E902" }, "lee's approval reached the ledger")
-	assert.NilError(t, chromedp.Do(lee,
-		chromedp.Navigate(d.url+"/tx/"+g),
-		chromedp.WaitReady(chromedp.ID(`events`)),
-	))
+	// The approval's answer redirects to the transfer's page: wait for that
+	// page rather than navigate over it (a navigation started while the
+	// redirect loads is aborted: net::ERR_ABORTED).
+	waitFor(t, func() bool {
+		st, err := chromedp.Run(lee, chromedp.Text(chromedp.ID(`state`)))
+		return err == nil && st == "FAILED"
+	}, "lee's browser shows the approved row")
+	assert.NilError(t, chromedp.Do(lee, chromedp.WaitReady(chromedp.ID(`events`))))
 	state, err := chromedp.Run(lee, chromedp.Text(chromedp.ID(`state`)))
 	assert.NilError(t, err)
 	code, err := chromedp.Run(lee, chromedp.Text(chromedp.ID(`code`)))
