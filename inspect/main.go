@@ -169,7 +169,7 @@ func run(f *flags) int {
 			return failWrite(werr)
 		}
 	case f.Summary:
-		stats, err := l.Stats(ctx)
+		stats, err := l.Stats(ctx, 0) // every row: an operator asked for the count
 		if err != nil {
 			return fail(err)
 		}

@@ -138,9 +138,12 @@ type ClaimCheck struct {
 
 // StateStat summarises the rows in one state.
 type StateStat struct {
-	State  dedup.State
-	Rows   int64
-	Oldest time.Duration // age of the oldest row, on the database's clock; 0 if none
+	State dedup.State
+	Rows  int64
+	// AtLeast reports that the count stopped at the limit Stats was given:
+	// the state holds Rows rows or more.
+	AtLeast bool
+	Oldest  time.Duration // age of the oldest row, on the database's clock; 0 if none
 }
 
 // Ledger is an open ledger. Implementations are safe for concurrent use.
@@ -186,8 +189,20 @@ type Ledger interface {
 	// oldest first, at most limit (0: no limit).
 	SelectState(ctx context.Context, state dedup.State, olderThan time.Duration, limit int) ([]Row, error)
 	// Stats counts the rows per state with the oldest age of each, through
-	// the state index. Every state appears, with 0 rows if it has none.
-	Stats(ctx context.Context) ([]StateStat, error)
+	// the state index. Every state appears, with 0 rows if it has none. A
+	// limit > 0 stops each state's count there (StateStat.AtLeast): the
+	// read is then bounded however large the ledger grows, which is what a
+	// caller that runs beside the money path (the relay's gauges, the
+	// console) must pass; 0 counts every row.
+	Stats(ctx context.Context, limit int64) ([]StateStat, error)
+	// CountSlice counts one slice of state's rows in the state index's
+	// order: the rows after the mark after (nil: from the first) up to
+	// and including the limit-th one's updated_at (all of its ties, so a
+	// slice may hold more). next marks where the slice ended, nil once the
+	// state's last row is counted. Each slice is its own read: slices
+	// summed over a pass count the state to within the rows that changed
+	// meanwhile, at a cost per slice bounded by limit.
+	CountSlice(ctx context.Context, state dedup.State, after *Mark, limit int) (n int64, next *Mark, err error)
 	// ConfirmClaim reads whether guid's row is still the claim of the
 	// holder with attempt (SENT with that attempts) and its age on the
 	// ledger's clock (docs/rules.md rule 13). It writes nothing.
@@ -217,6 +232,10 @@ type Ledger interface {
 	// Close releases the ledger. Writes after Close fail with ErrClosed.
 	Close() error
 }
+
+// Mark is where a CountSlice ended: the backend's own updated_at value,
+// handed back as it was read, so that no host formats a time.
+type Mark struct{ UpdatedAt any }
 
 // States lists every ledger state in a fixed order, for summaries.
 var States = []dedup.State{dedup.StateReceived, dedup.StateSent, dedup.StateDone, dedup.StateUnknown, dedup.StateFailed}

@@ -70,8 +70,9 @@ func CollectRows(rows Cursor, what string, translate TranslateError) ([]Row, err
 }
 
 // CollectStats reads the per-state counts (state, rows, the oldest row's
-// age in seconds) and returns one StateStat per state, zero where none.
-func CollectStats(rows Cursor, translate TranslateError) ([]StateStat, error) {
+// age in seconds) and returns one StateStat per state, zero where none; a
+// count that reached limit (> 0) is marked AtLeast.
+func CollectStats(rows Cursor, limit int64, translate TranslateError) ([]StateStat, error) {
 	got := map[dedup.State]StateStat{}
 	for rows.Next() {
 		var st string
@@ -81,6 +82,7 @@ func CollectStats(rows Cursor, translate TranslateError) ([]StateStat, error) {
 			return nil, fmt.Errorf("stats: %w", err)
 		}
 		s.State, s.Oldest = dedup.State(st), time.Duration(max(oldest, 0))*time.Second
+		s.AtLeast = limit > 0 && s.Rows >= limit
 		got[s.State] = s
 	}
 	if err := rows.Err(); err != nil {
@@ -167,8 +169,8 @@ func ReadEvents(sel Selection, err error, what string, aged bool, translate Tran
 }
 
 // ReadStats reads and closes the per-state statistics (CollectStats).
-func ReadStats(sel Selection, err error, translate TranslateError) ([]StateStat, error) {
-	return readAll(sel, err, "stats", translate, func(c Cursor) ([]StateStat, error) { return CollectStats(c, translate) })
+func ReadStats(sel Selection, err error, limit int64, translate TranslateError) ([]StateStat, error) {
+	return readAll(sel, err, "stats", translate, func(c Cursor) ([]StateStat, error) { return CollectStats(c, limit, translate) })
 }
 
 // First is the first of a selection's items, or nil if it has none.

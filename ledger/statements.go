@@ -17,7 +17,8 @@ var SQL = struct {
 	Claim, Reclaim, Finish, FinishEvent, Resolve, SweepSelect, Sweep, Decide   Statement
 	Event, AddEvent, Purge, PurgeEvents                                        Statement
 	Get, Confirm, ConfirmMany, Now, SelectUnknown, SelectFailed, SelectState   Statement
-	CountExhausted, CountPurgeable, Stats, EventsOf, EventByID, ProposalClosed Statement
+	CountExhausted, CountPurgeable, Stats, SliceEdge, SliceCount, EventsOf      Statement
+	EventByID, ProposalClosed                                                  Statement
 }{
 	// Rule 1, one claim per GUID: the insert that only one caller can win.
 	// Affected rows = 1 means "mine", with attempt 1.
@@ -196,14 +197,39 @@ extract(epoch FROM clock_timestamp()) FROM tx WHERE guid = ANY($1::text[])`,
 		SQLite:   `SELECT count(*) FROM tx WHERE state='DONE' AND updated_at <= datetime('now', ?)`,
 		Postgres: `SELECT count(*) FROM tx WHERE state='DONE' AND updated_at <= now() - make_interval(days => $1)`,
 	},
-	// inspect --summary and the relay's gauges: rows per state and the age
-	// of each state's oldest row, through the (state, updated_at) index.
+	// inspect --summary, the relay's gauges and the console: per state, its
+	// rows (at most ?/$1 of them: -1 or NULL for all) and the age of its
+	// oldest row, each a range of the (state, updated_at) index, so that a
+	// bounded count reads at most that many entries per state however
+	// large the ledger grows (docs/ledger.md "What grows with the ledger").
 	Stats: Statement{
-		SQLite: `SELECT state, count(*),
-COALESCE(CAST(strftime('%s','now') AS INTEGER) - CAST(strftime('%s', min(updated_at)) AS INTEGER), 0)
-FROM tx INDEXED BY tx_state_updated GROUP BY state`,
-		Postgres: `SELECT state, count(*), COALESCE(floor(extract(epoch FROM now() - min(updated_at))), 0)::bigint
-FROM tx GROUP BY state`,
+		SQLite: `SELECT s.state,
+(SELECT count(*) FROM (SELECT 1 FROM tx INDEXED BY tx_state_updated WHERE tx.state=s.state LIMIT ?1)),
+COALESCE(CAST(strftime('%s','now') AS INTEGER) - CAST(strftime('%s',
+  (SELECT updated_at FROM tx INDEXED BY tx_state_updated WHERE tx.state=s.state ORDER BY updated_at LIMIT 1)) AS INTEGER), 0)
+FROM (SELECT 'RECEIVED' AS state UNION ALL SELECT 'SENT' UNION ALL SELECT 'DONE' UNION ALL SELECT 'UNKNOWN' UNION ALL SELECT 'FAILED') AS s`,
+		Postgres: `SELECT s.state,
+(SELECT count(*) FROM (SELECT 1 FROM tx WHERE tx.state=s.state LIMIT $1) AS c),
+COALESCE(floor(extract(epoch FROM now() - (SELECT updated_at FROM tx WHERE tx.state=s.state ORDER BY updated_at LIMIT 1))), 0)::bigint
+FROM unnest(ARRAY['RECEIVED','SENT','DONE','UNKNOWN','FAILED']::text[]) AS s(state)`,
+	},
+	// The relay's count of a large state, slice by slice (CountSlice):
+	// the updated_at of the row at an offset after the last slice's edge
+	// (NULL: from the first row; '' and -infinity sort before every date
+	// either database writes), then the rows up to it, ties included (NULL:
+	// every row left; char(1114111) sorts after every text date). Both are
+	// ranges of the state index bounded by the offset.
+	SliceEdge: Statement{
+		SQLite: `SELECT updated_at FROM tx INDEXED BY tx_state_updated
+WHERE state=?1 AND updated_at > COALESCE(?2, '') ORDER BY updated_at LIMIT 1 OFFSET ?3`,
+		Postgres: `SELECT updated_at FROM tx
+WHERE state=$1 AND updated_at > COALESCE($2::timestamptz, '-infinity') ORDER BY updated_at LIMIT 1 OFFSET $3`,
+	},
+	SliceCount: Statement{
+		SQLite: `SELECT count(*) FROM tx INDEXED BY tx_state_updated
+WHERE state=?1 AND updated_at > COALESCE(?2, '') AND updated_at <= COALESCE(?3, char(1114111))`,
+		Postgres: `SELECT count(*) FROM tx
+WHERE state=$1 AND updated_at > COALESCE($2::timestamptz, '-infinity') AND updated_at <= COALESCE($3::timestamptz, 'infinity')`,
 	},
 	// A GUID's story (inspect, settle): its events, oldest first.
 	EventsOf: Statement{

@@ -316,6 +316,22 @@ func (m *Relay) SetLedgerStats(stats []ledger.StateStat) {
 	}
 }
 
+// GaugeLimit bounds each state's count in a refresh of the ledger gauges,
+// so that the refresh reads at most this many index entries per state
+// whatever the ledger's size (a whole count of 10 million DONE rows reads
+// hundreds of megabytes of index every refresh). A state past it is
+// counted by the background counter instead.
+const GaugeLimit = 100_000
+
+// countSlice is how many index entries one step of the background count
+// reads; countIdle is how many times as long as the step took it then
+// sleeps: under 5 % of one core, and no read snapshot held for longer
+// than a step (a held snapshot keeps SQLite's WAL from being checkpointed).
+const (
+	countSlice = 10_000
+	countIdle  = 19
+)
+
 // Server is the relay's operator endpoint.
 type Server struct {
 	m       *Relay
@@ -323,6 +339,15 @@ type Server struct {
 	every   time.Duration
 	serving func() bool
 	log     *slog.Logger
+
+	// limit and slice are GaugeLimit and countSlice (tests shrink them).
+	limit int64
+	slice int
+	// mu guards large and counted: the states whose refresh stopped at
+	// limit, and the last whole background count of each.
+	mu      sync.Mutex
+	large   map[dedup.State]bool
+	counted map[dedup.State]int64
 }
 
 // NewServer returns the endpoint for m, reading l for the ledger gauges
@@ -332,21 +357,38 @@ func NewServer(m *Relay, l ledger.Ledger, every time.Duration, serving func() bo
 	if every <= 0 {
 		every = RefreshEvery
 	}
-	return &Server{m: m, l: l, every: every, serving: serving, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return &Server{m: m, l: l, every: every, serving: serving, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		limit: GaugeLimit, slice: countSlice, large: map[dedup.State]bool{}, counted: map[dedup.State]int64{}}
 }
 
 // SetLogger sets where /readyz logs why the relay is not ready (the
 // network is told only which part is not).
 func (s *Server) SetLogger(l *slog.Logger) { s.log = l }
 
-// Refresh reads the ledger's per-state counts once and sets the gauges.
+// Refresh reads the ledger's per-state counts once, each bounded by
+// GaugeLimit, and sets the gauges. A state that reached the limit shows
+// the background counter's last whole count of it (RunRefresher), or the
+// limit itself until the first count ends.
 func (s *Server) Refresh(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	stats, err := s.l.Stats(ctx)
+	stats, err := s.l.Stats(ctx, s.limit)
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	for i, st := range stats {
+		if !st.AtLeast {
+			delete(s.large, st.State)
+			delete(s.counted, st.State)
+			continue
+		}
+		s.large[st.State] = true
+		if n, ok := s.counted[st.State]; ok && n > st.Rows {
+			stats[i].Rows = n
+		}
+	}
+	s.mu.Unlock()
 	s.m.SetLedgerStats(stats)
 	open, err := s.l.OpenProposals(ctx)
 	if err != nil {
@@ -356,9 +398,11 @@ func (s *Server) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// RunRefresher refreshes the ledger gauges until ctx ends; errors go to
-// onError (the readiness check reports the ledger's health itself).
+// RunRefresher refreshes the ledger gauges until ctx ends, and counts the
+// states too large for a refresh in the background; errors go to onError
+// (the readiness check reports the ledger's health itself).
 func (s *Server) RunRefresher(ctx context.Context, onError func(error)) {
+	go s.countLarge(ctx, onError)
 	t := time.NewTicker(s.every)
 	defer t.Stop()
 	for {
@@ -369,6 +413,72 @@ func (s *Server) RunRefresher(ctx context.Context, onError func(error)) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// countLarge counts, every refresh interval, each state the last refresh
+// found at GaugeLimit or more, slice by slice, and keeps the whole count
+// for the next refreshes: O(rows) work spread thin, never on a refresh.
+func (s *Server) countLarge(ctx context.Context, onError func(error)) {
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		var states []dedup.State
+		for _, st := range ledger.States {
+			if s.large[st] {
+				states = append(states, st)
+			}
+		}
+		s.mu.Unlock()
+		for _, st := range states {
+			n, err := s.countState(ctx, st)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				if onError != nil {
+					onError(err)
+				}
+				continue
+			}
+			s.mu.Lock()
+			if s.large[st] {
+				s.counted[st] = n
+			}
+			s.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// countState counts state's rows in slices of s.slice, sleeping countIdle
+// times each slice's duration after it.
+func (s *Server) countState(ctx context.Context, state dedup.State) (int64, error) {
+	var total int64
+	var after *ledger.Mark
+	for {
+		start := time.Now()
+		n, next, err := s.l.CountSlice(ctx, state, after, s.slice)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+		if next == nil {
+			return total, nil
+		}
+		after = next
+		idle := time.NewTimer(time.Since(start) * countIdle)
+		select {
+		case <-ctx.Done():
+			idle.Stop()
+			return 0, ctx.Err()
+		case <-idle.C:
 		}
 	}
 }

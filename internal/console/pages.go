@@ -105,10 +105,15 @@ var ageBuckets = []struct {
 // chartRows bounds the rows the chart reads per state.
 const chartRows = 2000
 
+// countLimit bounds each state's count on the overview: a page view reads
+// at most this many index entries per state, however large the ledger
+// (a larger state shows "≥ 100000"; inspect --summary counts it all).
+const countLimit = 100_000
+
 func (s *Server) overview(w http.ResponseWriter, r *http.Request, o operator) {
 	ctx, cancel := ctxOf(r)
 	defer cancel()
-	stats, err := s.l.Stats(ctx)
+	stats, err := s.l.Stats(ctx, countLimit)
 	if err != nil {
 		s.ledgerTrouble(w, r, o, err)
 		return

@@ -90,6 +90,8 @@ func Exercise(t *testing.T, b Backend) {
 		{"PurgeDeletesOnlyOldDone", testPurge},
 		{"RowsWrittenByOtherTools", testOtherTools},
 		{"StatsAndSelectState", testStats},
+		{"StatsBoundedByItsLimit", testStatsLimit},
+		{"CountSliceCountsEveryRowOnceWithTies", testCountSlice},
 		{"FailedCommitFailsEveryCaller", testFailedCommit},
 		{"AmbiguousCommitIsNeverAClaim", testAmbiguousCommit},
 		{"CommitRefusedAfterTheFactIsNotCommittedForAnyWrite", testRefusedAfterTheFact},
@@ -472,7 +474,7 @@ func testStats(t *testing.T, s suite) {
 	s.insert(t, db, "u1", "TRF00001", "UNKNOWN", "E901", nil, nil, 1, 900)
 	s.insert(t, db, "u2", "TRF00001", "UNKNOWN", "E901", nil, nil, 1, 10)
 	s.insert(t, db, "d1", "TRF00001", "DONE", "0000", nil, nil, 1, 5)
-	st, err := l.Stats(ctx)
+	st, err := l.Stats(ctx, 0)
 	assert.NilError(t, err)
 	got := map[dedup.State]ledger.StateStat{}
 	for _, x := range st {
@@ -491,6 +493,69 @@ func testStats(t *testing.T, s suite) {
 	rows, err = l.SelectState(ctx, dedup.StateUnknown, 0, 1)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, names(rows), []string{"u1"})
+}
+
+// testStatsLimit: a bounded count stops at its limit and says so, and the
+// oldest age is still the state's oldest row.
+func testStatsLimit(t *testing.T, s suite) {
+	l, db := s.fresh(t)
+	for i, age := range []int{30, 900, 10} {
+		s.insert(t, db, fmt.Sprintf("u%d", i), "TRF00001", "UNKNOWN", "E901", nil, nil, 1, age)
+	}
+	s.insert(t, db, "d1", "TRF00001", "DONE", "0000", nil, nil, 1, 5)
+	for _, tc := range []struct {
+		limit   int64
+		rows    int64
+		atLeast bool
+	}{{0, 3, false}, {2, 2, true}, {3, 3, true}, {4, 3, false}} {
+		st, err := l.Stats(ctx, tc.limit)
+		assert.NilError(t, err)
+		got := map[dedup.State]ledger.StateStat{}
+		for _, x := range st {
+			got[x.State] = x
+		}
+		u := got[dedup.StateUnknown]
+		assert.Check(t, is.Equal(u.Rows, tc.rows), "limit %d", tc.limit)
+		assert.Check(t, is.Equal(u.AtLeast, tc.atLeast), "limit %d", tc.limit)
+		assert.Check(t, u.Oldest >= 900*time.Second && u.Oldest < 960*time.Second, "limit %d: the oldest age %v is not the oldest row's", tc.limit, u.Oldest)
+		assert.Check(t, is.Equal(got[dedup.StateDone].Rows, int64(1)))
+		assert.Check(t, !got[dedup.StateDone].AtLeast || tc.limit == 1)
+	}
+}
+
+// testCountSlice: slices of every size sum to the state's rows, rows that
+// share an updated_at are counted once, other states never, and the last
+// slice says so.
+func testCountSlice(t *testing.T, s suite) {
+	l, db := s.fresh(t)
+	ages := []int{500, 400, 400, 400, 300, 200, 200, 100, 50, 10}
+	for i, age := range ages {
+		s.insert(t, db, fmt.Sprintf("d%02d", i), "TRF00001", "DONE", "0000", nil, nil, 1, age)
+	}
+	s.insert(t, db, "u1", "TRF00001", "UNKNOWN", "E901", nil, nil, 1, 450)
+	s.insert(t, db, "f1", "TRF00001", "FAILED", "E902", nil, nil, 1, 350)
+	for _, limit := range []int{1, 2, 3, 4, 10, 11, 1000} {
+		var total int64
+		var after *ledger.Mark
+		slices := 0
+		for {
+			n, next, err := l.CountSlice(ctx, dedup.StateDone, after, limit)
+			assert.NilError(t, err)
+			total += n
+			slices++
+			assert.Assert(t, slices <= len(ages)+1, "limit %d: the slices do not end", limit)
+			if next == nil {
+				break
+			}
+			assert.Check(t, n >= int64(limit), "limit %d: a slice that is not the last counted %d rows", limit, n)
+			after = next
+		}
+		assert.Check(t, is.Equal(total, int64(len(ages))), "limit %d: the slices summed to %d DONE rows", limit, total)
+	}
+	n, next, err := l.CountSlice(ctx, dedup.StateReceived, nil, 10)
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(n, int64(0)))
+	assert.Check(t, next == nil)
 }
 
 var errInjected = errors.New("injected commit failure")

@@ -647,12 +647,44 @@ func (l *Ledger) CountPurgeable(ctx context.Context, days int) (int64, error) {
 	return l.count(ctx, "purgeable", ledger.SQL.CountPurgeable.Postgres, days)
 }
 
-// Stats counts the rows per state with the oldest age of each.
-func (l *Ledger) Stats(ctx context.Context) ([]ledger.StateStat, error) {
+// Stats counts the rows per state, each up to limit (0: all), with the
+// oldest age of each.
+func (l *Ledger) Stats(ctx context.Context, limit int64) ([]ledger.StateStat, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
-	rows, err := l.pool.Query(ctx, ledger.SQL.Stats.Postgres)
-	return ledger.ReadStats(selection{rows}, err, translate)
+	var bound *int64 // NULL: LIMIT ALL
+	if limit > 0 {
+		bound = &limit
+	}
+	rows, err := l.pool.Query(ctx, ledger.SQL.Stats.Postgres, bound)
+	return ledger.ReadStats(selection{rows}, err, limit, translate)
+}
+
+// CountSlice counts one slice of state's rows (ledger.Ledger.CountSlice):
+// two reads of at most limit index entries.
+func (l *Ledger) CountSlice(ctx context.Context, state dedup.State, after *ledger.Mark, limit int) (int64, *ledger.Mark, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	var lo any
+	if after != nil {
+		lo = after.UpdatedAt
+	}
+	var edge any
+	var next *ledger.Mark
+	var at time.Time
+	err := l.pool.QueryRow(ctx, ledger.SQL.SliceEdge.Postgres, string(state), lo, max(limit, 1)-1).Scan(&at)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows): // fewer than limit rows left: count them all
+	case err != nil:
+		return 0, nil, fmt.Errorf("count %s: %w", state, translate(err))
+	default:
+		edge, next = at, &ledger.Mark{UpdatedAt: at}
+	}
+	n, err := ledger.Count(l.pool.QueryRow(ctx, ledger.SQL.SliceCount.Postgres, string(state), lo, edge), "slice of "+string(state), translate)
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, next, nil
 }
 
 // Now returns the server's clock, clock_timestamp() (docs/ledger.md

@@ -421,11 +421,40 @@ func (l *Ledger) CountPurgeable(ctx context.Context, days int) (int64, error) {
 	return l.count(ctx, "purgeable", ledger.SQL.CountPurgeable.SQLite, fmt.Sprintf("-%d days", days))
 }
 
-// Stats counts the rows per state and the age of each state's oldest row,
-// through the (state, updated_at) index.
-func (l *Ledger) Stats(ctx context.Context) ([]ledger.StateStat, error) {
-	rows, err := l.rdb.QueryContext(ctx, ledger.SQL.Stats.SQLite)
-	return ledger.ReadStats(rows, err, translate)
+// Stats counts the rows per state, each up to limit (0: all), and the age
+// of each state's oldest row, through the (state, updated_at) index.
+func (l *Ledger) Stats(ctx context.Context, limit int64) ([]ledger.StateStat, error) {
+	bound := limit
+	if bound <= 0 {
+		bound = -1 // SQLite's LIMIT -1: no limit
+	}
+	rows, err := l.rdb.QueryContext(ctx, ledger.SQL.Stats.SQLite, bound)
+	return ledger.ReadStats(rows, err, limit, translate)
+}
+
+// CountSlice counts one slice of state's rows through the read pool
+// (ledger.Ledger.CountSlice): two reads of at most limit index entries.
+func (l *Ledger) CountSlice(ctx context.Context, state dedup.State, after *ledger.Mark, limit int) (int64, *ledger.Mark, error) {
+	var lo any
+	if after != nil {
+		lo = after.UpdatedAt
+	}
+	var edge any
+	var next *ledger.Mark
+	var at string
+	err := l.rdb.QueryRowContext(ctx, ledger.SQL.SliceEdge.SQLite, string(state), lo, max(limit, 1)-1).Scan(&at)
+	switch {
+	case errors.Is(err, sql.ErrNoRows): // fewer than limit rows left: count them all
+	case err != nil:
+		return 0, nil, fmt.Errorf("count %s: %w", state, translate(err))
+	default:
+		edge, next = at, &ledger.Mark{UpdatedAt: at}
+	}
+	n, err := l.count(ctx, "slice of "+string(state), ledger.SQL.SliceCount.SQLite, string(state), lo, edge)
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, next, nil
 }
 
 // ConfirmClaim reads whether guid's row is still SENT with attempt, and its
