@@ -46,9 +46,10 @@ type scrubPass struct {
 // scrubPasses walk every b-tree of the schema: the two tables by rowid
 // (reading every column, so that overflow pages are read too) and every
 // index in its own order (covering queries: the index is what is read).
+// A tx declared WITHOUT ROWID (docs/ledger.md allows it) is walked by
+// withoutRowidPasses instead.
 var scrubPasses = []scrubPass{
-	{"table tx", `SELECT rowid, length(guid)+length(COALESCE(tx_code,''))+length(state)+length(COALESCE(rsp_code,''))+
-length(COALESCE(request,''))+length(COALESCE(response,''))+length(updated_at)+attempts
+	{"table tx", `SELECT rowid, ` + txColumnsRead + `
 FROM tx WHERE rowid > ? ORDER BY rowid LIMIT ?`, []any{int64(-1 << 63)}},
 	{"tx's primary key (guid)", `SELECT guid FROM tx WHERE guid > ? ORDER BY guid LIMIT ?`, []any{""}},
 	{"index tx_state_updated", `SELECT state, updated_at, rowid FROM tx INDEXED BY tx_state_updated
@@ -61,6 +62,33 @@ WHERE (guid, id) > (?, ?) ORDER BY guid, id LIMIT ?`, []any{"", int64(-1 << 63)}
 WHERE (at, id) > (?, ?) ORDER BY at, id LIMIT ?`, []any{"", int64(-1 << 63)}},
 }
 
+// txColumnsRead reads every column of a tx row, overflow pages included.
+const txColumnsRead = `length(guid)+length(COALESCE(tx_code,''))+length(state)+length(COALESCE(rsp_code,''))+
+length(COALESCE(request,''))+length(COALESCE(response,''))+length(updated_at)+attempts`
+
+// withoutRowidPasses replace scrubPasses' first three for a WITHOUT ROWID
+// tx: the table is its guid b-tree, and the state index's entries end
+// with the guid, not a rowid (no statement may name rowid on such a table).
+var withoutRowidPasses = []scrubPass{
+	{"table tx (WITHOUT ROWID)", `SELECT guid, ` + txColumnsRead + `
+FROM tx WHERE guid > ? ORDER BY guid LIMIT ?`, []any{""}},
+	{"index tx_state_updated", `SELECT state, updated_at, guid FROM tx INDEXED BY tx_state_updated
+WHERE (state, updated_at, guid) > (?, ?, ?) ORDER BY state, updated_at, guid LIMIT ?`, []any{"", "", ""}},
+}
+
+// passesFor returns the passes for db's schema: scrubPasses, or, if tx is
+// WITHOUT ROWID, withoutRowidPasses and scrubPasses' event passes.
+func passesFor(ctx context.Context, db *sql.DB) ([]scrubPass, error) {
+	var withoutRowid bool
+	if err := db.QueryRowContext(ctx, `SELECT wr FROM pragma_table_list WHERE schema='main' AND name='tx'`).Scan(&withoutRowid); err != nil {
+		return nil, fmt.Errorf("integrity check: read tx's declaration: %w", translate(err))
+	}
+	if !withoutRowid {
+		return scrubPasses, nil
+	}
+	return append(append([]scrubPass(nil), withoutRowidPasses...), scrubPasses[3:]...), nil
+}
+
 // keys is how many of the pass's columns are its key.
 func (p scrubPass) keys() int { return len(p.start) }
 
@@ -69,7 +97,11 @@ func (p scrubPass) keys() int { return len(p.start) }
 // damaged page, or ctx's error. It reports how many entries it read.
 func scrub(ctx context.Context, db *sql.DB) (int64, error) {
 	var total int64
-	for _, p := range scrubPasses {
+	passes, err := passesFor(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range passes {
 		key := append([]any(nil), p.start...)
 		for {
 			start := time.Now()

@@ -183,7 +183,11 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	// differ in its default.
 	params := fmt.Sprintf("_journal_mode=WAL&_synchronous=%s&_busy_timeout=%d&_txlock=immediate&_secure_delete=on",
 		synchronous, ledger.BusyTimeout.Milliseconds())
-	wdb, err := sql.Open("sqlite3", path+"?"+params)
+	// The one connection that writes keeps WriteCacheKiB of pages: the
+	// claim's and purge's random GUIDs touch pages all over the GUID index
+	// (SQLite's default, 2 MB, holds a few thousand of them; a 10-million-row
+	// ledger's GUID index has about a hundred thousand).
+	wdb, err := sql.Open("sqlite3", path+"?"+params+fmt.Sprintf("&_cache_size=-%d", WriteCacheKiB))
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +245,9 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	return l, nil
 }
 
+// WriteCacheKiB is the page cache of the connection that writes, in KiB.
+const WriteCacheKiB = 64 << 10
+
 // synchronousLevels are PRAGMA synchronous's answers.
 var synchronousLevels = map[int]string{0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
@@ -279,22 +286,59 @@ func quickCheck(ctx context.Context, c interface {
 // checkInBackground scrubs the ledger (scrub.go: every b-tree, slice by
 // slice, under 5 % of one core) through the read pool and tells done the
 // result. A damaged file fails every write from then on; Close stops it.
+// An error that says nothing about the file's pages (the database busy or
+// locked by another process's recovery, a read interrupted) is not damage:
+// refusing every write for it would take a sound relay out of service, so
+// the scrub starts again after scrubRetry.
 func (l *Ledger) checkInBackground() {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.stopCheck, l.checkEnded = cancel, make(chan struct{})
 	go func() {
 		defer close(l.checkEnded)
 		start := time.Now()
-		_, err := scrub(ctx, l.rdb)
-		if ctx.Err() != nil {
-			return // closed meanwhile
+		for {
+			_, err := scrub(ctx, l.rdb)
+			if ctx.Err() != nil {
+				return // closed meanwhile
+			}
+			if err != nil && !isDamage(err) {
+				if l.warn != nil {
+					l.warn("ledger check interrupted by an error that is not damage; starting it again", "retry_s", scrubRetry.Seconds(), "error", err)
+				}
+				if sleepCtx(ctx, scrubRetry) != nil {
+					return
+				}
+				continue
+			}
+			if err != nil {
+				damaged := fmt.Errorf("%w: %v", ledger.ErrDamaged, err)
+				l.damaged.Store(&damaged)
+			}
+			l.checkDone(time.Since(start), err)
+			return
 		}
-		if err != nil {
-			damaged := fmt.Errorf("%w: %v", ledger.ErrDamaged, err)
-			l.damaged.Store(&damaged)
-		}
-		l.checkDone(time.Since(start), err)
 	}()
+}
+
+// scrubRetry is how long the background check waits before it starts
+// again after an error that is not damage.
+var scrubRetry = 30 * time.Second
+
+// isDamage reports whether err says that the file's pages cannot be read
+// as a sound ledger: SQLite found a page that is not what its tree needs
+// (SQLITE_CORRUPT, SQLITE_NOTADB, SQLITE_FORMAT), the disk failed to read
+// it (SQLITE_IOERR), or the schema lacks what the scrub reads. Busy,
+// locked and interrupted reads are not damage.
+func isDamage(err error) bool {
+	var se sqlite3.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code {
+	case sqlite3.ErrCorrupt, sqlite3.ErrNotADB, sqlite3.ErrFormat, sqlite3.ErrIoErr, sqlite3.ErrError:
+		return true
+	}
+	return false
 }
 
 // Damaged returns the damage the background check found (wrapping

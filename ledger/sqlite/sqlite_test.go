@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	sqlite3 "github.com/mattn/go-sqlite3"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
@@ -85,6 +86,27 @@ var Backend = ledgertest.Backend{
 }
 
 func TestConformance(t *testing.T) { ledgertest.Exercise(t, Backend) }
+
+// withoutRowidTx is tx as another build may declare it (docs/ledger.md):
+// no statement of ours may depend on a rowid.
+const withoutRowidTx = `CREATE TABLE tx (
+    guid TEXT NOT NULL PRIMARY KEY, tx_code TEXT,
+    state TEXT NOT NULL CHECK (state IN ('RECEIVED','SENT','DONE','UNKNOWN','FAILED')),
+    rsp_code TEXT, request BLOB, response BLOB, attempts INTEGER NOT NULL DEFAULT 0,
+    updated_at TEXT NOT NULL DEFAULT (datetime('now'))) WITHOUT ROWID`
+
+// TestConformanceWithoutRowid runs the whole suite on ledgers whose tx is
+// WITHOUT ROWID.
+func TestConformanceWithoutRowid(t *testing.T) {
+	b := Backend
+	b.New = func(t *testing.T) string {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		_, err := rawDB(t, path).Exec(withoutRowidTx)
+		assert.NilError(t, err)
+		return path
+	}
+	ledgertest.Exercise(t, b)
+}
 
 func TestOpenErrorNamesPathAndCause(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "no-such-dir", "ledger.db")
@@ -411,5 +433,62 @@ func TestWriteConnectionMustReportTheSynchronousAsked(t *testing.T) {
 		l, err := Open(filepath.Join(t.TempDir(), "l.db"), ledger.Options{Synchronous: s})
 		assert.NilError(t, err, s)
 		l.Close()
+	}
+}
+
+// A tx declared WITHOUT ROWID (docs/ledger.md allows it: another build or
+// tool may create it so) has no rowid to walk: the scrub must read it by
+// its guid b-tree and find it sound, not call it damaged and refuse every
+// write of a sound relay.
+func TestScrubWalksAWithoutRowidLedger(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	_, err := rawDB(t, path).Exec(withoutRowidTx)
+	assert.NilError(t, err)
+
+	l, err := Open(path, ledger.Options{})
+	assert.NilError(t, err)
+	const rows = 2*scrubSlice + 5
+	for i := 0; i < rows; i++ {
+		_, err := l.Claim(ctx, fmt.Sprintf("G%031d", i), "TRF00001", make([]byte, 200))
+		assert.NilError(t, err)
+	}
+	_, err = l.Finish(ctx, "G0000000000000000000000000000000", 1, ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent})
+	assert.NilError(t, err)
+	_, _, ok, err := l.Reclaim(ctx, "G0000000000000000000000000000000", nil, 0)
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	n, err := scrub(ctx, l.rdb)
+	assert.NilError(t, err)
+	assert.Equal(t, n, int64(2*rows+3), "the table and its state index, and one event in three trees")
+	assert.NilError(t, l.Close())
+
+	checked := make(chan error, 1)
+	l, err = Open(path, ledger.Options{CheckInBackground: func(_ time.Duration, err error) { checked <- err }})
+	assert.NilError(t, err)
+	defer l.Close()
+	assert.NilError(t, <-checked, "a sound WITHOUT ROWID ledger was called damaged")
+	claimed, err := l.Claim(ctx, "G-after-the-check", "TRF00001", []byte("r"))
+	assert.NilError(t, err)
+	assert.Assert(t, claimed)
+}
+
+// Only what says the pages cannot be read as a sound ledger is damage: a
+// busy or locked database (another process recovering the WAL index) or an
+// interrupted read must not stop every write.
+func TestIsDamage(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{sqlite3.Error{Code: sqlite3.ErrCorrupt}, true},
+		{sqlite3.Error{Code: sqlite3.ErrNotADB}, true},
+		{sqlite3.Error{Code: sqlite3.ErrIoErr}, true},
+		{fmt.Errorf("integrity check (table tx): %w", sqlite3.Error{Code: sqlite3.ErrCorrupt}), true},
+		{sqlite3.Error{Code: sqlite3.ErrBusy}, false},
+		{sqlite3.Error{Code: sqlite3.ErrLocked}, false},
+		{sqlite3.Error{Code: sqlite3.ErrInterrupt}, false},
+		{context.Canceled, false},
+	} {
+		assert.Check(t, isDamage(tc.err) == tc.want, "%v: isDamage=%v", tc.err, !tc.want)
 	}
 }
