@@ -14,11 +14,11 @@ type Statement struct {
 // "Transitions"). Times are always the database's own clock
 // (datetime('now'), now()): no statement binds a time computed on a host.
 var SQL = struct {
-	Claim, Reclaim, Finish, FinishEvent, Resolve, SweepSelect, Sweep, Decide   Statement
-	Event, AddEvent, Purge, PurgeEvents                                        Statement
-	Get, Confirm, ConfirmMany, Now, SelectUnknown, SelectFailed, SelectState   Statement
-	CountExhausted, CountPurgeable, Stats, SliceEdge, SliceCount, EventsOf      Statement
-	EventByID, ProposalClosed                                                  Statement
+	Claim, Reclaim, Finish, FinishEvent, Resolve, SweepSelect, Sweep, Decide Statement
+	Event, AddEvent, Purge, PurgeEvents                                      Statement
+	Get, Confirm, ConfirmMany, Now, SelectUnknown, SelectFailed, SelectState Statement
+	CountExhausted, CountPurgeable, Stats, SliceEdge, SliceCount, EventsOf   Statement
+	EventByID, ProposalClosed                                                Statement
 }{
 	// Rule 1, one claim per GUID: the insert that only one caller can win.
 	// Affected rows = 1 means "mine", with attempt 1.
