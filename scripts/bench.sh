@@ -112,6 +112,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# stop_relay PID: SIGTERM, then at most 30 s for it to exit; a relay that
+# does not is named, its goroutines dumped to its log (SIGQUIT), and the
+# run goes on.
+stop_relay() {
+  kill -TERM "$1" 2>/dev/null || return 0
+  for _ in $(seq 1 300); do kill -0 "$1" 2>/dev/null || { wait "$1" 2>/dev/null || true; return 0; }; sleep 0.1; done
+  echo "bench: relay $1 did not exit within 30 s of SIGTERM; SIGQUIT (goroutines in its log)" >&2
+  kill -QUIT "$1" 2>/dev/null || true; sleep 1; kill -KILL "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
 wait_listening() {
   for _ in $(seq 1 2400); do   # 2 minutes: a relay checks a large ledger (quick_check) before it listens
     a=$(sed -n 's/^listening addr=//p' "$1" | head -n1)
@@ -185,7 +195,7 @@ load_point() {
   out=$(bin/channel load --relay "$relay" --conns "$c" --duration "$secs" --dup-ratio 0.1 --amount 1 "${cargs[@]}")
   after=$(cpu_ticks "$rpid")
   read -r hb1 ht1 < <(host_ticks)
-  kill -TERM "$rpid"; wait "$rpid" || true
+  stop_relay "$rpid"
   tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
   sent=$(sed -n 's/.* sent=\([0-9]*\) .*/\1/p' <<<"$out")
   p50=$(sed -n 's/.*p50=\([0-9.]*\).*/\1/p' <<<"$out")
@@ -417,7 +427,7 @@ purge_under_load() {
   timeout -s INT "$purge_secs" "$2" --db "$1" --days 3 >"$work/purge.out" 2>"$work/purge.log" || true
   p1=$(date +%s.%N)
   kill -INT "$lpid"; wait "$lpid" || true
-  kill -TERM "$rpid"; wait "$rpid" || true
+  stop_relay "$rpid"
   out=$(cat "$work/purgeload.txt")
   deleted=$((before_rows - $(count_rows "$1")))
   tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
@@ -593,7 +603,7 @@ for rows in ${BENCH_SCALE7:-0 10000000}; do
       fi
       checked=$(grep -o 'ledger check [a-z]*.*took_s=[0-9.]*' "$work/relay7.log" | sed 's/.*took_s=/took_s=/' | head -n1)
       steady=$(bin/channel load --relay "$relay" --conns 16 --duration "$secs" --dup-ratio 0.1 --amount 1 --core "$core7")
-      kill -TERM "$rpid"; wait "$rpid" || true
+      stop_relay "$rpid"
       f=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$first"); st=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$steady")
       fmax=$(sed -n 's/.*max=\([0-9.]*\).*/\1/p' <<<"$first")
       tw=$(( $(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$first") + $(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$steady") ))
