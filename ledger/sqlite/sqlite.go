@@ -183,11 +183,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	// differ in its default.
 	params := fmt.Sprintf("_journal_mode=WAL&_synchronous=%s&_busy_timeout=%d&_txlock=immediate&_secure_delete=on",
 		synchronous, ledger.BusyTimeout.Milliseconds())
-	// The one connection that writes keeps WriteCacheKiB of pages: the
-	// claim's and purge's random GUIDs touch pages all over the GUID index
-	// (SQLite's default, 2 MB, holds a few thousand of them; a 10-million-row
-	// ledger's GUID index has about a hundred thousand).
-	wdb, err := sql.Open("sqlite3", path+"?"+params+fmt.Sprintf("&_cache_size=-%d", WriteCacheKiB))
+	wdb, err := sql.Open("sqlite3", path+"?"+params)
 	if err != nil {
 		return nil, err
 	}
@@ -244,9 +240,6 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	}
 	return l, nil
 }
-
-// WriteCacheKiB is the page cache of the connection that writes, in KiB.
-const WriteCacheKiB = 64 << 10
 
 // synchronousLevels are PRAGMA synchronous's answers.
 var synchronousLevels = map[int]string{0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
