@@ -93,6 +93,7 @@ type loadCmd struct {
 	Duration cli.Seconds `name:"duration" default:"10" help:"Seconds to run (unless --count)."`
 	Count    cli.Whole   `name:"count" default:"0" help:"Send this many telegrams, then stop (0: use --duration)."`
 	DupRatio float64     `name:"dup-ratio" default:"0" help:"Fraction (0..1) of sends that retransmit a recent GUID of another connection."`
+	Rate     float64     `name:"rate" default:"0" help:"Telegrams per second over all connections, paced evenly (0: as fast as the relay answers)."`
 	Core     string      `name:"core" help:"The fixture core's URL: check /_stats for GUIDs applied more than once (https: with the --tls-* files)."`
 }
 
@@ -109,6 +110,9 @@ func (l *loadCmd) Validate() error {
 	}
 	if l.Conns < 1 {
 		return fmt.Errorf("--conns must be at least 1")
+	}
+	if l.Rate < 0 || l.Rate != l.Rate {
+		return fmt.Errorf("--rate must be 0 or more")
 	}
 	return nil
 }
@@ -242,7 +246,7 @@ func load(ctx context.Context, c *loadCmd) int {
 		return cli.ExitRuntime
 	}
 	rep, err := channel.Load(ctx, channel.LoadConfig{TLS: tcfg,
-		Relay: c.Relay, Conns: int(c.Conns), Duration: c.Duration.D(), Count: int(c.Count), DupRatio: c.DupRatio,
+		Relay: c.Relay, Conns: int(c.Conns), Duration: c.Duration.D(), Count: int(c.Count), DupRatio: c.DupRatio, Rate: c.Rate,
 		Timeout: c.Timeout.D(), Channel: c.Channel, From: c.From, To: c.To, Amount: int64(c.Amount), Memo: c.Memo, Progress: progress,
 	})
 	if rep != nil {

@@ -88,10 +88,19 @@
 #   rounds, and every round's figure. vs_redis = median tx/s / Redis's.
 #   Target: dedup >= 1.05x at each.
 #
+# Table 9 (real binaries): the soak. A SQLite ledger (FULL, on the disk) of
+#   BENCH_SOAK_ROWS rows (default 1000000) spread over the last 7 days, as
+#   table 5 preloads them; the load at half the relay's peak (its 16-
+#   connection tx/s over 5 s, then channel load --rate) for BENCH_SOAK_SECS
+#   (default 600); purge --days 3 every minute (as dedup-purge.timer), each
+#   run at most 55 s. Each minute: the rows older than 3 days, all rows, the
+#   file's and the WAL's size, what purge deleted. Target: the old rows fall
+#   to 0 and the file stops growing.
+#
 # Also: the idle fsync p50 of this disk for an in-place overwrite of 16 KiB.
 #
 #   scripts/bench.sh [SECONDS_PER_POINT]     (default 5)
-#   BENCH_TABLES="3" scripts/bench.sh        only some tables (default "1 2 3 4 5 6 7 8")
+#   BENCH_TABLES="3" scripts/bench.sh        only some tables (default "1 2 3 4 5 6 7 8 9")
 #   BENCH_SCALE="0 1000000" scripts/bench.sh table 5's ledger sizes (default "0 1000000 10000000")
 #   BENCH_PURGE_BASE=REV scripts/bench.sh    table 5 also purges with purge built from REV, first (same run)
 #   BENCH_LEDGERS=postgres scripts/bench.sh  table 5 on one ledger only (default "sqlite postgres")
@@ -105,7 +114,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 secs=${1:-5}
-tables=${BENCH_TABLES:-1 2 3 4 5 6 7 8}
+tables=${BENCH_TABLES:-1 2 3 4 5 6 7 8 9}
 # The last commit before the events table (tx_event): table 4's "before".
 base=${BENCH_BASE:-7748061}
 want() { [[ " $tables " == *" $1 "* ]]; }
@@ -679,4 +688,40 @@ sort -k2,2n -k1,1 -k3,3n "$work/table8.txt" | awk '
 echo "each round, tx/s:"
 awk '{ v[$1" "$2]=v[$1" "$2]" "$3 } END { for (k in v) print "  " k ":" v[k] }' "$work/table8.txt" | sort -k2,2n -k1,1
 echo "target: dedup's median >= 1.05x of the Redis relay's at 1, 16 and 64 connections (cpu_us/tx is the relay process's; redis-server's own is not in it)"
+fi
+
+if want 9; then
+echo
+soak_rows=${BENCH_SOAK_ROWS:-1000000} soak_secs=${BENCH_SOAK_SECS:-600}
+echo "== table 9: the soak: a SQLite ledger (FULL, on the disk) of $soak_rows rows over the last 7 days, the load at half the relay's peak for ${soak_secs}s, purge --days 3 every minute (as dedup-purge.timer)"
+bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core9.log" &
+pids+=($!)
+core9="http://$(wait_listening "$work/core9.log")"
+db9="$work/soak.db"
+rm -f "$db9"*
+preload_sqlite "$db9" "$soak_rows"
+sync
+bin/relay --db "$db9" --listen 127.0.0.1:0 --core "$core9" 2>"$work/relay9.log" &
+rpid=$!
+relay=$(wait_listening "$work/relay9.log")
+peak=$(bin/channel load --relay "$relay" --conns 16 --duration 5 --dup-ratio 0.1 --amount 1 | sed -n 's/.* tps=\([0-9]*\).*/\1/p')
+rate=$(( peak / 2 ))
+echo "peak at 16 connections: $peak tx/s; the soak sends $rate tx/s"
+bin/channel load --relay "$relay" --conns 16 --rate "$rate" --duration "$soak_secs" --dup-ratio 0.1 --amount 1 --core "$core9" >"$work/soakload.txt" &
+lpid=$!
+size() { du -k --apparent-size "$1" 2>/dev/null | cut -f1 || echo 0; }
+printf "%-7s %12s %12s %10s %10s %14s\n" "minute" "older_3_days" "rows" "file_MB" "wal_MB" "purge_deleted"
+t0=$(date +%s)
+for m in $(seq 1 $(( soak_secs / 60 ))); do
+  deleted=$(timeout -s INT 55 bin/purge --db "$db9" --days 3 2>/dev/null | sed -n 's/^purge: deleted=\([0-9]*\).*/\1/p' || true)
+  old=$(sqlite3 "$db9" "SELECT count(*) FROM tx WHERE state='DONE' AND updated_at <= datetime('now','-3 days')")
+  rows=$(sqlite3 "$db9" "SELECT count(*) FROM tx")
+  printf "%-7s %12s %12s %10d %10d %14s\n" "$m" "$old" "$rows" $(( $(size "$db9") / 1024 )) $(( $(size "$db9-wal") / 1024 )) "${deleted:-interrupted}"
+  # The next minute starts where the timer's would.
+  while [ $(( $(date +%s) - t0 )) -lt $(( m * 60 )) ]; do sleep 1; done
+done
+wait "$lpid" || true
+stop_relay "$rpid"
+cat "$work/soakload.txt"
+echo "target: older_3_days falls to 0 and file_MB stops growing (freed pages reused); applied_twice 0"
 fi

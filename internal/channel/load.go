@@ -24,6 +24,7 @@ type LoadConfig struct {
 	Duration time.Duration // run this long (ignored with Count), or
 	Count    int           // send this many telegrams (if > 0)
 	DupRatio float64       // fraction of sends that retransmit a recent GUID of another connection
+	Rate     float64       // telegrams per second over all connections, paced evenly (0: no pacing)
 	Timeout  time.Duration // per reply
 	Channel  string
 	From, To string
@@ -204,6 +205,24 @@ func (ld *loader) fail(err error) {
 	ld.mu.Unlock()
 }
 
+// pacer spaces one connection's sends every apart. A connection that fell
+// behind (a slow reply) starts again from now, at most one send early: it
+// does not make up the lost sends in a burst.
+type pacer struct {
+	every time.Duration
+	next  time.Time
+}
+
+// wait returns how long to wait at now before the next send, and books it.
+func (p *pacer) wait(now time.Time) time.Duration {
+	if behind := now.Add(-p.every); p.next.Before(behind) {
+		p.next = behind
+	}
+	at := p.next
+	p.next = p.next.Add(p.every)
+	return max(at.Sub(now), 0)
+}
+
 // connStats is what one connection counted, merged into the report at
 // its end.
 type connStats struct {
@@ -226,7 +245,20 @@ func (ld *loader) connection(ctx context.Context, id int) {
 		}
 		ld.merge(st)
 	}()
+	var pace *pacer // this connection's share of Rate
+	if cfg.Rate > 0 {
+		pace = &pacer{every: time.Duration(float64(time.Second) * float64(cfg.Conns) / cfg.Rate), next: time.Now()}
+	}
 	for ctx.Err() == nil {
+		if pace != nil {
+			if wait := pace.wait(time.Now()); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+		}
 		if cfg.Count > 0 && ld.budget.Add(-1) < 0 {
 			return
 		}

@@ -27,3 +27,18 @@ func TestLoadDefaults(t *testing.T) {
 		})
 	}
 }
+
+// TestPacerSpacesSendsAndNeverBursts: sends are booked every interval; a
+// connection that fell far behind sends at once, then at most one more
+// early, never the whole backlog.
+func TestPacerSpacesSendsAndNeverBursts(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	p := &pacer{every: 10 * time.Millisecond, next: t0}
+	assert.Equal(t, p.wait(t0), time.Duration(0))
+	assert.Equal(t, p.wait(t0), 10*time.Millisecond)
+	assert.Equal(t, p.wait(t0.Add(5*time.Millisecond)), 15*time.Millisecond)
+	late := t0.Add(time.Second)
+	assert.Equal(t, p.wait(late), time.Duration(0), "a late connection sends at once")
+	assert.Equal(t, p.wait(late), time.Duration(0), "one send early")
+	assert.Equal(t, p.wait(late), 10*time.Millisecond, "then paced again, not a burst of the 100 it missed")
+}
