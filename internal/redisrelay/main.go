@@ -76,13 +76,10 @@ func (s store) Reclaim(context.Context, string, []byte, int) (int, []byte, bool,
 	return 0, nil, false, nil
 }
 
+// Finish overwrites the GUID's value with the outcome in one SET: the
+// request is not kept (this relay never resends it), so no read first.
 func (s store) Finish(ctx context.Context, guid string, attempt int, o ledger.Outcome) (bool, error) {
-	row, err := s.Get(ctx, guid)
-	if err != nil || row == nil {
-		return false, err
-	}
-	b, err := json.Marshal(record{TxCode: row.TxCode, State: o.State, RspCode: o.RspCode, Request: row.Request,
-		Response: o.Response, Attempts: attempt})
+	b, err := json.Marshal(record{State: o.State, RspCode: o.RspCode, Response: o.Response, Attempts: attempt})
 	if err != nil {
 		return false, err
 	}
