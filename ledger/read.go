@@ -180,3 +180,29 @@ func First[T any](items []T, err error) (*T, error) {
 	}
 	return &items[0], nil
 }
+
+// CountSliceWith is Ledger.CountSlice over a backend's two reads: edge
+// returns the updated_at of the row offset rows after lo (found false if
+// there is none), count the rows after lo up to and including hi (nil:
+// every row left).
+func CountSliceWith(after *Mark, limit int, edge func(lo any, offset int) (at any, found bool, err error),
+	count func(lo, hi any) (int64, error)) (int64, *Mark, error) {
+	var lo any
+	if after != nil {
+		lo = after.UpdatedAt
+	}
+	at, found, err := edge(lo, max(limit, 1)-1)
+	if err != nil {
+		return 0, nil, err
+	}
+	var hi any
+	var next *Mark
+	if found { // else fewer than limit rows are left: count them all
+		hi, next = at, &Mark{UpdatedAt: at}
+	}
+	n, err := count(lo, hi)
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, next, nil
+}

@@ -665,26 +665,19 @@ func (l *Ledger) Stats(ctx context.Context, limit int64) ([]ledger.StateStat, er
 func (l *Ledger) CountSlice(ctx context.Context, state dedup.State, after *ledger.Mark, limit int) (int64, *ledger.Mark, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
-	var lo any
-	if after != nil {
-		lo = after.UpdatedAt
-	}
-	var edge any
-	var next *ledger.Mark
-	var at time.Time
-	err := l.pool.QueryRow(ctx, ledger.SQL.SliceEdge.Postgres, string(state), lo, max(limit, 1)-1).Scan(&at)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows): // fewer than limit rows left: count them all
-	case err != nil:
-		return 0, nil, fmt.Errorf("count %s: %w", state, translate(err))
-	default:
-		edge, next = at, &ledger.Mark{UpdatedAt: at}
-	}
-	n, err := ledger.Count(l.pool.QueryRow(ctx, ledger.SQL.SliceCount.Postgres, string(state), lo, edge), "slice of "+string(state), translate)
-	if err != nil {
-		return 0, nil, err
-	}
-	return n, next, nil
+	return ledger.CountSliceWith(after, limit, func(lo any, offset int) (any, bool, error) {
+		var at time.Time
+		err := l.pool.QueryRow(ctx, ledger.SQL.SliceEdge.Postgres, string(state), lo, offset).Scan(&at)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("count %s: %w", state, translate(err))
+		}
+		return at, true, nil
+	}, func(lo, hi any) (int64, error) {
+		return ledger.Count(l.pool.QueryRow(ctx, ledger.SQL.SliceCount.Postgres, string(state), lo, hi), "slice of "+string(state), translate)
+	})
 }
 
 // Now returns the server's clock, clock_timestamp() (docs/ledger.md

@@ -472,26 +472,19 @@ func (l *Ledger) Stats(ctx context.Context, limit int64) ([]ledger.StateStat, er
 // CountSlice counts one slice of state's rows through the read pool
 // (ledger.Ledger.CountSlice): two reads of at most limit index entries.
 func (l *Ledger) CountSlice(ctx context.Context, state dedup.State, after *ledger.Mark, limit int) (int64, *ledger.Mark, error) {
-	var lo any
-	if after != nil {
-		lo = after.UpdatedAt
-	}
-	var edge any
-	var next *ledger.Mark
-	var at string
-	err := l.rdb.QueryRowContext(ctx, ledger.SQL.SliceEdge.SQLite, string(state), lo, max(limit, 1)-1).Scan(&at)
-	switch {
-	case errors.Is(err, sql.ErrNoRows): // fewer than limit rows left: count them all
-	case err != nil:
-		return 0, nil, fmt.Errorf("count %s: %w", state, translate(err))
-	default:
-		edge, next = at, &ledger.Mark{UpdatedAt: at}
-	}
-	n, err := l.count(ctx, "slice of "+string(state), ledger.SQL.SliceCount.SQLite, string(state), lo, edge)
-	if err != nil {
-		return 0, nil, err
-	}
-	return n, next, nil
+	return ledger.CountSliceWith(after, limit, func(lo any, offset int) (any, bool, error) {
+		var at string
+		err := l.rdb.QueryRowContext(ctx, ledger.SQL.SliceEdge.SQLite, string(state), lo, offset).Scan(&at)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("count %s: %w", state, translate(err))
+		}
+		return at, true, nil
+	}, func(lo, hi any) (int64, error) {
+		return l.count(ctx, "slice of "+string(state), ledger.SQL.SliceCount.SQLite, string(state), lo, hi)
+	})
 }
 
 // ConfirmClaim reads whether guid's row is still SENT with attempt, and its
