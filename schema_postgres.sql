@@ -86,6 +86,16 @@ RETURNS boolean LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS 
       OR (a->>'auth' = 'sudo' AND b->>'auth' = 'sudo' AND a->>'uid' = b->>'uid' AND a->>'host' = b->>'host')
 $fn$;
 
+-- public.dedup_settle_trace is the trace of the calling settle run or
+-- console decision, as its events' detail names it ({"trace_id": ...}), or
+-- {} when untraced: the caller sets dedup.trace_id in its transaction. A
+-- correlation, not a right: only 32 lowercase hex digits are taken.
+CREATE OR REPLACE FUNCTION public.dedup_settle_trace()
+RETURNS jsonb LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT CASE WHEN current_setting('dedup.trace_id', true) ~ '^[0-9a-f]{32}$'
+    THEN jsonb_build_object('trace_id', current_setting('dedup.trace_id', true)) ELSE '{}'::jsonb END
+$fn$;
+
 -- public.dedup_settle_target is the row a decision leads to (state, rsp_code,
 -- response), or a DD001 refusal: settle.md's table of decisions.
 CREATE OR REPLACE FUNCTION public.dedup_settle_target(p_as text, r public.tx, p jsonb,
@@ -163,7 +173,7 @@ BEGIN
   END IF;
   v_detail := jsonb_strip_nulls(jsonb_build_object('as', p_as, 'reason', p_reason, 'core_ref', p_core_ref,
     'balance', p_balance, 'processed_at', p_processed_at)) ||
-    jsonb_build_object('person', v_person, 'row_updated_at', v_row.updated_at::text);
+    jsonb_build_object('person', v_person, 'row_updated_at', v_row.updated_at::text) || public.dedup_settle_trace();
   SELECT * INTO v_t FROM public.dedup_settle_target(p_as, v_row, v_detail);
   INSERT INTO public.tx_event(guid, actor, action, from_state, to_state, rsp_code, attempts, detail)
     VALUES (p_guid, public.dedup_settle_actor(v_person), 'propose', v_row.state, NULL, NULL, v_row.attempts, v_detail::text)
@@ -218,7 +228,7 @@ DECLARE
 BEGIN
   SELECT * INTO v_d FROM public.dedup_settle_decision(p_id, v_person, 'approval');
   guid := (v_d.e).guid;
-  v_detail := '{"proposal":' || p_id || ',' || substr(jsonb_strip_nulls(jsonb_build_object('reason', nullif(p_reason, ''), 'person', v_person))::text, 2);
+  v_detail := '{"proposal":' || p_id || ',' || substr((jsonb_strip_nulls(jsonb_build_object('reason', nullif(p_reason, ''), 'person', v_person)) || public.dedup_settle_trace())::text, 2);
   IF (v_d.e).at < now() - interval '24 hours' THEN
     INSERT INTO public.tx_event(guid, actor, action, from_state, attempts, detail)
       VALUES (guid, public.dedup_settle_actor(v_person), 'expire', (v_d.e).from_state, (v_d.e).attempts, v_detail);
@@ -255,11 +265,11 @@ BEGIN
   SELECT * INTO v_d FROM public.dedup_settle_decision(p_id, v_person, 'rejection');
   INSERT INTO public.tx_event(guid, actor, action, from_state, attempts, detail)
     VALUES ((v_d.e).guid, public.dedup_settle_actor(v_person), 'reject', (v_d.e).from_state, (v_d.e).attempts,
-      '{"proposal":' || p_id || ',' || substr(jsonb_build_object('reason', p_reason, 'person', v_person)::text, 2));
+      '{"proposal":' || p_id || ',' || substr((jsonb_build_object('reason', p_reason, 'person', v_person) || public.dedup_settle_trace())::text, 2));
 END
 $fn$;
 
-REVOKE ALL ON FUNCTION public.dedup_settle_person(text, jsonb), public.dedup_settle_actor(jsonb),
+REVOKE ALL ON FUNCTION public.dedup_settle_person(text, jsonb), public.dedup_settle_actor(jsonb), public.dedup_settle_trace(),
   public.dedup_settle_same(jsonb, jsonb), public.dedup_settle_target(text, public.tx, jsonb),
   public.dedup_settle_decision(bigint, jsonb, text),
   public.dedup_settle_propose(text, text, text, text, bigint, text, text, jsonb),

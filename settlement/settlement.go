@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"dedup"
+	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/lhstd"
 )
@@ -108,6 +109,8 @@ type proposed struct {
 	// Operator names the proposer of a proposal recorded before persons
 	// were authenticated (typed text): shown by List, never approved.
 	Operator string `json:"operator,omitempty"`
+	// TraceID is the trace of the settle run that proposed it, if traced.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // decided is a decision's event detail. Proposal comes first: a decided
@@ -116,6 +119,7 @@ type decided struct {
 	Proposal int64  `json:"proposal"`
 	Reason   string `json:"reason,omitempty"`
 	Person   Person `json:"person"`
+	TraceID  string `json:"trace_id,omitempty"` // the deciding run's trace, if traced
 }
 
 // target is the row a decision leads to, from the row it is taken on.
@@ -167,7 +171,7 @@ func (d goDesk) Propose(ctx context.Context, p Proposal, who Person) (int64, err
 		return 0, fmt.Errorf("%w: GUID %s has no row in the ledger", ErrUsage, p.GUID)
 	}
 	pr := proposed{As: p.As, Reason: p.Reason, CoreRef: p.CoreRef, Balance: p.Balance, ProcessedAt: p.ProcessedAt,
-		Person: &who, RowUpdatedAt: row.UpdatedAt}
+		Person: &who, RowUpdatedAt: row.UpdatedAt, TraceID: tracing.TraceID(ctx)}
 	detail, _ := json.Marshal(pr)
 	attempts := row.Attempts
 	if _, err := target(p.As, row, pr); err != nil {
@@ -271,7 +275,7 @@ func (d goDesk) Approve(ctx context.Context, id int64, who Person, reason string
 	if err := notProposer(id, p, who, "approval"); err != nil {
 		return Approved{}, err
 	}
-	detail, _ := json.Marshal(decided{Proposal: id, Reason: reason, Person: who})
+	detail, _ := json.Marshal(decided{Proposal: id, Reason: reason, Person: who, TraceID: tracing.TraceID(ctx)})
 	ev := ledger.Event{GUID: e.GUID, Actor: who.Actor(), FromState: e.FromState, Attempts: e.Attempts, Detail: string(detail)}
 	if e.Age > MaxAge {
 		ev.Action = ledger.ActionExpire
@@ -330,7 +334,7 @@ func (d goDesk) Reject(ctx context.Context, id int64, who Person, reason string)
 	if err := notProposer(id, p, who, "rejection (its proposer lets it expire)"); err != nil {
 		return err
 	}
-	detail, _ := json.Marshal(decided{Proposal: id, Reason: reason, Person: who})
+	detail, _ := json.Marshal(decided{Proposal: id, Reason: reason, Person: who, TraceID: tracing.TraceID(ctx)})
 	err = l.Decide(ctx, ledger.Decision{Proposal: id, Event: ledger.Event{GUID: e.GUID, Actor: who.Actor(), Action: ledger.ActionReject,
 		FromState: e.FromState, Attempts: e.Attempts, Detail: string(detail)}})
 	if errors.Is(err, ledger.ErrProposalClosed) {

@@ -3,6 +3,7 @@ package settlement_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/mattn/go-sqlite3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
@@ -344,4 +346,104 @@ func TestOperatorRoleCanOnlyCallTheFunctions(t *testing.T) {
 	evs, err := l.Events(ctx, g)
 	assert.NilError(t, err)
 	assert.Check(t, is.Len(evs, 0))
+}
+
+// Every event a traced decision writes (the proposal, the approval, the
+// rejection, the expiry) names its trace in its detail, on each Desk, so
+// that a GUID's events, settle's log line and the trace find each other;
+// an untraced decision names none.
+func TestDecisionEventsNameTheirTrace(t *testing.T) {
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { tp.Shutdown(ctx) })
+	traced := func() (context.Context, string) {
+		c, span := tp.Tracer("test").Start(ctx, "settle.decision")
+		t.Cleanup(func() { span.End() })
+		return c, span.SpanContext().TraceID().String()
+	}
+	for _, of := range offices {
+		t.Run(of.name, func(t *testing.T) {
+			o := of.open(t)
+			kim, lee := o.person["kim"], o.person["lee"]
+			details := func(guid string) map[string]string {
+				evs, err := o.owner.Events(ctx, guid)
+				assert.NilError(t, err)
+				out := map[string]string{}
+				for _, e := range evs {
+					out[e.Action] = e.Detail
+				}
+				return out
+			}
+			names := func(detail, trace string) bool {
+				var d struct {
+					TraceID string `json:"trace_id"`
+				}
+				return json.Unmarshal([]byte(detail), &d) == nil && d.TraceID == trace
+			}
+
+			gA, gR, gE, gU := newGUID(), newGUID(), newGUID(), newGUID()
+			for _, g := range []string{gA, gR, gE, gU} {
+				o.insert(t, g, "UNKNOWN", "E901", request(t, g), 1)
+			}
+			cP, tP := traced()
+			id, err := o.desk["kim"].Propose(cP, settlement.Proposal{GUID: gA, As: settlement.NotApplied, Reason: "INC-1"}, kim)
+			assert.NilError(t, err)
+			cA, tA := traced()
+			_, err = o.desk["lee"].Approve(cA, id, lee, "checked")
+			assert.NilError(t, err)
+			d := details(gA)
+			assert.Check(t, names(d["propose"], tP), "the proposal does not name its trace %s: %s", tP, d["propose"])
+			assert.Check(t, names(d["approve"], tA), "the approval does not name its trace %s: %s", tA, d["approve"])
+			assert.Check(t, strings.HasPrefix(d["approve"], fmt.Sprintf(`{"proposal":%d,`, id)), "the decision lost its proposal prefix: %s", d["approve"])
+
+			id, err = o.desk["kim"].Propose(ctx, settlement.Proposal{GUID: gR, As: settlement.NotApplied, Reason: "INC-2"}, kim)
+			assert.NilError(t, err)
+			cR, tR := traced()
+			assert.NilError(t, o.desk["lee"].Reject(cR, id, lee, "not proven"))
+			d = details(gR)
+			assert.Check(t, !strings.Contains(d["propose"], "trace_id"), "an untraced proposal names a trace: %s", d["propose"])
+			assert.Check(t, names(d["reject"], tR), "the rejection does not name its trace %s: %s", tR, d["reject"])
+
+			id, err = o.desk["kim"].Propose(ctx, settlement.Proposal{GUID: gE, As: settlement.NotApplied, Reason: "INC-3"}, kim)
+			assert.NilError(t, err)
+			o.exec(t, "UPDATE tx_event SET at = now() - interval '25 hours' WHERE guid=?", gE)
+			cE, tE := traced()
+			_, err = o.desk["lee"].Approve(cE, id, lee, "late")
+			assert.Check(t, errors.Is(err, settlement.ErrRefused))
+			assert.Check(t, names(details(gE)["expire"], tE), "the expiry does not name its trace %s: %v", tE, details(gE))
+
+			// After traced decisions on the same handle, an untraced one
+			// names no trace (nothing carried over on a pooled session).
+			id, err = o.desk["kim"].Propose(ctx, settlement.Proposal{GUID: gU, As: settlement.NotApplied, Reason: "INC-4"}, kim)
+			assert.NilError(t, err)
+			_, err = o.desk["lee"].Approve(ctx, id, lee, "")
+			assert.NilError(t, err)
+			for action, detail := range details(gU) {
+				assert.Check(t, !strings.Contains(detail, "trace_id"), "untraced %s names a trace: %s", action, detail)
+			}
+		})
+	}
+}
+
+// PostgreSQL's settle functions take from dedup.trace_id only a trace id
+// (32 hex digits): a caller cannot write anything else into an event.
+func TestSettleFunctionsTakeOnlyATraceID(t *testing.T) {
+	url := pgtest.SharedDatabase(t)
+	l, err := postgres.Open(url, ledger.Options{Actor: "relay@h1"})
+	assert.NilError(t, err)
+	l.Close()
+	c, err := pgx.Connect(ctx, url)
+	assert.NilError(t, err)
+	defer c.Close(ctx)
+	for value, want := range map[string]string{
+		"":                                   "{}",
+		"0af7651916cd43dd8448eb211c80319c":   `{"trace_id": "0af7651916cd43dd8448eb211c80319c"}`,
+		"0AF7651916CD43DD8448EB211C80319C":   "{}",
+		"0af7651916cd43dd8448eb211c80319":    "{}",
+		`0af7651916cd43dd8448eb211c80319c"x`: "{}",
+		"0af7651916cd43dd8448eb211c80319c\n": "{}",
+	} {
+		var got string
+		assert.NilError(t, c.QueryRow(ctx, "SELECT set_config('dedup.trace_id', $1, false), public.dedup_settle_trace()::text", value).Scan(new(string), &got))
+		assert.Check(t, is.Equal(got, want), "dedup.trace_id=%q", value)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"dedup"
+	"dedup/internal/tracing"
 	"dedup/ledger"
 )
 
@@ -63,6 +64,14 @@ func (l *Ledger) call(ctx context.Context, what, sql string, scan []any, args ..
 			return decisionError(what, err)
 		}
 		defer tx.Rollback(ctx)
+		// A traced decision's events name its trace: the functions read
+		// it from this transaction's dedup.trace_id (a correlation, not a
+		// right: they take only 32 hex digits from it).
+		if id := tracing.TraceID(ctx); id != "" {
+			if _, err := tx.Exec(ctx, "SELECT set_config('dedup.trace_id', $1, true)", id); err != nil {
+				return decisionError(what, err)
+			}
+		}
 		row := tx.QueryRow(ctx, sql, args...)
 		if len(scan) == 0 {
 			var ignored any
