@@ -9,7 +9,10 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/icmd"
+	"gotest.tools/v3/poll"
 
+	"dedup"
+	"dedup/internal/channel"
 	"dedup/internal/pgtest"
 )
 
@@ -53,4 +56,62 @@ func TestServerWithoutFsyncIsRefusedUnlessNormal(t *testing.T) {
 	}
 	res := icmd.RunCmd(icmd.Command(bin("settle"), "--db", db, "--synchronous", "normal", "list"), icmd.WithTimeout(60*time.Second))
 	assert.Check(t, is.Equal(res.ExitCode, 0), res.Stderr())
+}
+
+// A claim the primary committed without its synchronous standby (the
+// commit's wait was cancelled, and PostgreSQL said so in a WARNING) is not
+// a claim: the relay sends nothing to the core for it, answers the channel
+// with something other than success, and counts the write in
+// dedup_ledger_not_committed_total{reason="commit_warning"}, the series
+// the dashboard and the HA alert read.
+func TestCommitWithoutTheStandbyIsCountedAndNotSent(t *testing.T) {
+	t.Parallel()
+	pg, db := ownPostgres(t)
+	admin := pg.URL("postgres")
+	c := startCore(t)
+	r := startRelay(t, db, c.url, "--metrics-listen", "127.0.0.1:0")
+	m, _ := scrape(t, r.metricsAddr)
+	assert.Equal(t, m[`dedup_ledger_not_committed_total{reason="commit_warning"}`], 0.0, "the series is not exported at 0")
+
+	// A standby that never comes: every commit waits for it.
+	pgtest.Exec(t, admin, "ALTER SYSTEM SET synchronous_standby_names = 'ghost'")
+	pgtest.Exec(t, admin, "SELECT pg_reload_conf()")
+	g := newGUID()
+	tg := telegram(t, g)
+	reply := make(chan []byte, 1)
+	go func() { // no t.FailNow off the test's goroutine: a nil reply fails below
+		var rsp []byte
+		if conn, err := channel.Dial(r.addr, 30*time.Second); err == nil {
+			rsp, _ = conn.RoundTrip(tg)
+			conn.Close()
+		}
+		reply <- rsp
+	}()
+	adb := openDB(t, admin)
+	var pid int
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		err := adb.QueryRow(`SELECT pid FROM pg_stat_activity WHERE application_name='dedup' AND wait_event='SyncRep' LIMIT 1`).Scan(&pid)
+		if err != nil {
+			return poll.Continue("no relay session waits for the standby yet: %v", err)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(20*time.Second), poll.WithDelay(20*time.Millisecond))
+	pgtest.Exec(t, admin, "SELECT pg_cancel_backend($1)", pid)
+	got := <-reply
+	pgtest.Exec(t, admin, "ALTER SYSTEM RESET synchronous_standby_names")
+	pgtest.Exec(t, admin, "SELECT pg_reload_conf()")
+
+	assert.Assert(t, got != nil, "no reply")
+	assert.Check(t, code(got) != dedup.CodeOK, "a claim committed only locally was answered %s", code(got))
+	st := c.stats(t)
+	assert.Check(t, is.Equal(st.ByGUID[g], 0), "the core received a transfer whose claim was not a commit")
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		m, _ = scrape(t, r.metricsAddr)
+		if v := m[`dedup_ledger_not_committed_total{reason="commit_warning"}`]; v != 1 {
+			return poll.Continue("commit_warning counted %v times, want 1", v)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(20*time.Millisecond))
+	assert.Check(t, is.Equal(m[`dedup_ledger_not_committed_total{reason="not_primary"}`], 0.0))
+	assert.Check(t, is.Contains(r.log(), "guid="+g), "no tx line for the refused claim")
 }

@@ -96,3 +96,25 @@ func TestGaugesCountALargeStateInSlicesAndTheRestWithinTheLimit(t *testing.T) {
 	assert.NilError(t, s.Refresh(context.Background()))
 	assert.Check(t, is.Equal(gauge(t, m.rows[dedup.StateDone]), 3.0), "a state back under the limit must show the refresh's own count, not the last background one")
 }
+
+// TestNotCommittedCountsEachReason: what a PostgreSQL ledger tells
+// OnNotCommitted (ledger/postgres's HA tests make it tell) lands in
+// dedup_ledger_not_committed_total under its own reason, and a reason the
+// ledger does not define makes no series of its own.
+func TestNotCommittedCountsEachReason(t *testing.T) {
+	m := New()
+	m.NotCommitted(ledger.NotCommittedWarning)
+	m.NotCommitted(ledger.NotCommittedWarning)
+	m.NotCommitted(ledger.NotCommittedNotPrimary)
+	m.NotCommitted("something else")
+	var nilRelay *Relay
+	nilRelay.NotCommitted(ledger.NotCommittedWarning) // metrics off: no panic, nothing counted
+	read := func(reason string) float64 {
+		var out dto.Metric
+		assert.NilError(t, m.notCommitted[reason].Write(&out))
+		return out.GetCounter().GetValue()
+	}
+	assert.Check(t, is.Equal(read(ledger.NotCommittedWarning), 2.0))
+	assert.Check(t, is.Equal(read(ledger.NotCommittedNotPrimary), 1.0))
+	assert.Check(t, is.Len(m.notCommitted, 2))
+}

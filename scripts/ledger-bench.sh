@@ -4,14 +4,24 @@
 # a fixture core, 16 channel connections, 10 % retransmissions.
 #
 #   scripts/ledger-bench.sh restart RELAY_BIN DB
-#       the relay's first 10 s after a start (metrics on), then the next
-#       10 s: tx/s, latency, applied_twice of each. For a cold page cache,
-#       run `sync; echo 3 > /proc/sys/vm/drop_caches` (root) first.
+#       the relay's first second after a start (metrics on), the 9 s after
+#       it, the next 10 s (its steady state), then a 1 s run on the warmed
+#       relay (a load run's own start in it too): tx/s, latency,
+#       applied_twice of each, and the first second against both. For a cold page
+#       cache, run `sync; echo 3 > /proc/sys/vm/drop_caches` (root) first.
 #   scripts/ledger-bench.sh purge DB PURGE_BIN [SECONDS]
 #       PURGE_BIN --days 3 for SECONDS (default 30) while the load runs
 #       through bin/relay: the purge's rows/s, the rows/s the load added
 #       meanwhile, and their ratio (a SQLite ledger; the counts are read
 #       with sqlite3).
+#   scripts/ledger-bench.sh versus-redis [SECONDS] [ROUNDS]
+#       table 8's 16-connection point taken apart: dedup's relay (SQLite
+#       FULL) and the Redis relay (bin/redisrelay, redis-server with
+#       appendfsync always), alternating, SECONDS (default 10) each, ROUNDS
+#       (default 3); per transfer, counted by perf's tracepoints on each
+#       process: CPU, system calls, fsyncs, writes, futex calls, context
+#       switches, for the relay and for redis-server apart. Needs perf and
+#       Debian's redis-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=$PWD/bin
@@ -41,8 +51,19 @@ restart)
   "$2" --db "$3" --listen 127.0.0.1:0 --core "$core" --metrics-listen 127.0.0.1:0 2>"$w/relay.log" &
   pids+=($!)
   relay=$(listening "$w/relay.log")
-  echo "first 10 s: $(load 10 | tr '\n' ' ')"
-  echo "next 10 s:  $(load 10 | tr '\n' ' ')"
+  first=$(load 1 | tr '\n' ' ')
+  rest=$(load 9 | tr '\n' ' ')
+  steady=$(load 10 | tr '\n' ' ')
+  # A 1 s run on the warmed relay: a load run's own first second (its
+  # connections opening) is then in both sides of the ratio.
+  again=$(load 1 | tr '\n' ' ')
+  echo "first 1 s:   $first"
+  echo "next 9 s:    $rest"
+  echo "steady 10 s: $steady"
+  echo "then 1 s:    $again"
+  tps() { sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$1"; }
+  awk -v a="$(tps "$first")" -v b="$(tps "$steady")" -v c="$(tps "$again")" 'BEGIN {
+    if (b > 0 && c > 0) printf "first second / steady 10 s: %.2fx; first second / a warmed relay'"'"'s 1 s run: %.2fx\n", a / b, a / c }' 
   grep -o 'ledger check.*took_s=[0-9.]*' "$w/relay.log" || echo "(the relay's background check had not ended)"
   ;;
 purge)
@@ -68,8 +89,57 @@ purge)
     printf "purge %.0f rows/s, intake %.0f rows/s, ratio %.2fx\n", p, i, p / (i > 0 ? i : 1) }'
   cat "$w/load.txt"
   ;;
+versus-redis)
+  secs=${2:-10} rounds=${3:-3}
+  command -v perf >/dev/null && command -v redis-server >/dev/null || { echo "versus-redis needs perf and redis-server" >&2; exit 1; }
+  start_core
+  rport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  mkdir -p "$w/redis"
+  redis-server --port "$rport" --bind 127.0.0.1 --dir "$w/redis" --appendonly yes --appendfsync always \
+    --save "" --daemonize no --logfile "$w/redis.log" &
+  rspid=$!
+  pids+=($rspid)
+  for _ in $(seq 1 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+  events=task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync,syscalls:sys_enter_pwrite64,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_pread64,syscalls:sys_enter_read,syscalls:sys_enter_futex
+  # per_tx FILE SENT: perf's counts in FILE, per transfer.
+  per_tx() {
+    awk -v n="$2" '/^#/ || NF < 2 { next }
+      { ev = ($2 ~ /^[a-z_]+:|-/) ? $2 : $3 }
+      ev == "task-clock" { printf " cpu_us=%.0f", $1 * 1000 / n }
+      ev ~ /context-switches|sys_enter/ { name = ev; sub(/.*sys_enter_?/, "", name); if (name == "") name = "syscalls"
+        if (ev ~ /context/) name = "ctxsw"; printf " %s=%.2f", name, $1 / n }' "$1"
+  }
+  printf "%-6s %-6s %8s  %s\n" relay round tx/s "per transfer: the relay process [redis-server]"
+  for round in $(seq 1 "$rounds"); do
+    for mode in dedup redis; do
+      rm -f "$w"/vr.db*
+      if [ "$mode" = redis ]; then
+        redis-cli -p "$rport" flushall >/dev/null
+        REDIS_ADDR=127.0.0.1:$rport "$B/redisrelay" --db "$w/vr.db" --listen 127.0.0.1:0 --core "$core" 2>"$w/relay.log" &
+      else
+        "$B/relay" --db "$w/vr.db" --listen 127.0.0.1:0 --core "$core" 2>"$w/relay.log" &
+      fi
+      rpid=$!
+      relay=$(listening "$w/relay.log")
+      load 1 >/dev/null
+      perf stat -x' ' -e "$events" -p "$rpid" -o "$w/perf.relay" -- sleep $((secs + 1)) &
+      ppid=$!
+      perf stat -x' ' -e "$events" -p "$rspid" -o "$w/perf.redis" -- sleep $((secs + 1)) &
+      spid=$!
+      out=$(load "$secs")
+      wait "$ppid" "$spid" || true
+      kill "$rpid"; wait "$rpid" 2>/dev/null || true
+      sent=$(sed -n 's/.* sent=\([0-9]*\) .*/\1/p' <<<"$out")
+      tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
+      twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
+      line="$(per_tx "$w/perf.relay" "$sent")"
+      [ "$mode" = redis ] && line="$line [$(per_tx "$w/perf.redis" "$sent" | sed 's/^ //')]"
+      printf "%-6s %-6s %8s %s applied_twice=%s\n" "$mode" "$round" "$tps" "$line" "$twice"
+    done
+  done
+  ;;
 *)
-  echo "usage: $0 restart RELAY_BIN DB | purge DB PURGE_BIN [SECONDS]" >&2
+  echo "usage: $0 restart RELAY_BIN DB | purge DB PURGE_BIN [SECONDS] | versus-redis [SECONDS] [ROUNDS]" >&2
   exit 2
   ;;
 esac

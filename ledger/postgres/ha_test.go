@@ -64,6 +64,10 @@ func TestCommitNotReplicatedIsNotAClaim(t *testing.T) {
 		{"group commit", ledger.Options{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The relay counts what OnNotCommitted is told in
+			// dedup_ledger_not_committed_total{reason}.
+			reasons := make(chan string, 16)
+			tc.opts.OnNotCommitted = func(r string) { reasons <- r }
 			l, err := Open(db, tc.opts)
 			assert.NilError(t, err)
 			defer l.Close()
@@ -85,6 +89,8 @@ func TestCommitNotReplicatedIsNotAClaim(t *testing.T) {
 			row, err := l.Get(ctx, g)
 			assert.NilError(t, err)
 			assert.Assert(t, row != nil, "the row was not committed locally: the test did not exercise the warning")
+			assert.Equal(t, len(reasons), 1, "OnNotCommitted was not told exactly once")
+			assert.Equal(t, <-reasons, ledger.NotCommittedWarning)
 		})
 	}
 
@@ -135,7 +141,8 @@ func TestDemotedServerIsLeftForThePrimary(t *testing.T) {
 	}
 	url := "postgres://postgres@" + hostPort(a) + "," + hostPort(b) + "/" + name + "?sslmode=disable&target_session_attrs=read-write"
 	_ = dbB
-	l, err := Open(url, ledger.Options{MaxBatch: 1})
+	reasons := make(chan string, 16)
+	l, err := Open(url, ledger.Options{MaxBatch: 1, OnNotCommitted: func(r string) { reasons <- r }})
 	assert.NilError(t, err)
 	defer l.Close()
 	ok, err := l.Claim(ctx, "20261129TST000000000000000000001", "TRF00001", []byte("r"))
@@ -154,6 +161,8 @@ func TestDemotedServerIsLeftForThePrimary(t *testing.T) {
 		if err != nil {
 			assert.Assert(t, errors.Is(err, ledger.ErrNotCommitted), "%v", err)
 			assert.Assert(t, !ok)
+			assert.Equal(t, len(reasons), 1, "OnNotCommitted was not told exactly once")
+			assert.Equal(t, <-reasons, ledger.NotCommittedNotPrimary)
 			failed = g
 			break
 		}
