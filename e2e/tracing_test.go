@@ -119,6 +119,16 @@ func TestTracedTransferEndToEnd(t *testing.T) {
 	assert.Equal(t, code(send(t, r.addr, tgd)), dedup.CodeUnknown) // reclaimed, dropped again
 	assert.Equal(t, r.stop(t, syscall.SIGTERM), 0)                 // flushes the spans
 
+	// Settled FAILED/E902 once more (dropped again: the core has nothing),
+	// then resent by reprocess: its own trace, carried to the core.
+	resolveAgain := icmd.RunCmd(icmd.Command(bin("resolve"), "--db", db, "--core", c.url, "--min-age", "0"),
+		icmd.WithTimeout(60*time.Second), icmd.WithEnv(append(otelEnvList(), otelEnv(col)...)...))
+	assert.Equal(t, resolveAgain.ExitCode, 0, resolveAgain.Stderr())
+	rep := icmd.RunCmd(icmd.Command(bin("reprocess"), "--db", db, "--core", c.url),
+		icmd.WithTimeout(60*time.Second), icmd.WithEnv(append(otelEnvList(), otelEnv(col)...)...))
+	t.Logf("reprocess: exit %d\n%s%s", rep.ExitCode, rep.Stdout(), rep.Stderr())
+	assert.Assert(t, is.Contains(rep.Stdout(), "sent=1"), "reprocess resent nothing")
+
 	spans := spanTree{col.Spans()}
 	assert.Assert(t, len(col.Undecodable()) == 0, "undecodable exports: %v", col.Undecodable())
 
@@ -191,7 +201,8 @@ func TestTracedTransferEndToEnd(t *testing.T) {
 	var resolveSpan otlptest.Span
 	for _, sp := range spans.spans {
 		if sp.Name == "resolve.row" && sp.Attrs["dedup.guid"] == gd {
-			resolveSpan = sp
+			resolveSpan = sp // the first run's (exported first): its event is read below
+			break
 		}
 	}
 	assert.Equal(t, resolveSpan.Service, "resolve")
@@ -216,6 +227,29 @@ func TestTracedTransferEndToEnd(t *testing.T) {
 	assert.Equal(t, spans.count(reclaimed.TraceID, "ledger.reclaim"), 1)
 	assert.NilError(t, ldb.QueryRow("SELECT detail FROM tx_event WHERE guid=? AND action='outcome'", gd).Scan(&detail))
 	assert.Assert(t, is.Contains(detail, "trace_id="+reclaimed.TraceID))
+
+	// reprocess: one reprocess.row trace for the row it resent, with the
+	// relay's core.transfer (connect, exchange) and ledger.finish under
+	// it; the core saw its traceparent; its log line and the outcome event
+	// of the resend name it.
+	var rp otlptest.Span
+	for _, sp := range spans.spans {
+		if sp.Name == "reprocess.row" && sp.Attrs["dedup.guid"] == gd {
+			rp = sp
+		}
+	}
+	assert.Equal(t, rp.Service, "reprocess", "no reprocess.row span for %s", gd)
+	assert.Equal(t, rp.ParentID, "", "the reprocess span is a root")
+	assert.Equal(t, rp.Attrs["dedup.attempts"], "3")
+	rpCore := spans.only(t, rp.TraceID, "core.transfer")
+	assert.Equal(t, rpCore.ParentID, rp.SpanID)
+	assert.Equal(t, spans.only(t, rp.TraceID, "core.connect").ParentID, rpCore.SpanID)
+	assert.Equal(t, spans.only(t, rp.TraceID, "ledger.finish").ParentID, rp.SpanID)
+	assert.Equal(t, c.stats(t).TraceparentByGUID[gd], fmt.Sprintf("00-%s-%s-01", rp.TraceID, rpCore.SpanID))
+	assert.Assert(t, is.Contains(rep.Stderr(), "trace_id="+rp.TraceID))
+	var rpDetail string
+	assert.NilError(t, ldb.QueryRow("SELECT detail FROM tx_event WHERE guid=? AND action='outcome' ORDER BY id DESC LIMIT 1", gd).Scan(&rpDetail))
+	assert.Assert(t, is.Contains(rpDetail, "trace_id="+rp.TraceID))
 
 	// Never an account number, an amount's telegram field or a memo.
 	raw := col.Raw()
