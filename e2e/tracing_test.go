@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -129,6 +130,17 @@ func TestTracedTransferEndToEnd(t *testing.T) {
 	t.Logf("reprocess: exit %d\n%s%s", rep.ExitCode, rep.Stdout(), rep.Stderr())
 	assert.Assert(t, is.Contains(rep.Stdout(), "sent=1"), "reprocess resent nothing")
 
+	// settle, run by two operators through sudo the way the runbook says,
+	// the collector's variables kept by the shipped sudoers rule: one
+	// settle.decision trace per run, named by its log line and its event.
+	// Dropped once more, the row is UNKNOWN again.
+	settleEnv := otelEnv(col)
+	prop := settleCmd(t, db, kim, settleEnv, "propose", gd, "--as", "not-applied", "--reason", "INC-7 core has no trace of it")
+	assert.Equal(t, prop.ExitCode, 0, prop.Stderr())
+	id := strings.TrimPrefix(strings.Fields(prop.Stdout())[2], "id=")
+	appr := settleCmd(t, db, lee, settleEnv, "approve", id, "--reason", "checked with the core team")
+	assert.Equal(t, appr.ExitCode, 0, appr.Stderr())
+
 	spans := spanTree{col.Spans()}
 	assert.Assert(t, len(col.Undecodable()) == 0, "undecodable exports: %v", col.Undecodable())
 
@@ -250,6 +262,34 @@ func TestTracedTransferEndToEnd(t *testing.T) {
 	var rpDetail string
 	assert.NilError(t, ldb.QueryRow("SELECT detail FROM tx_event WHERE guid=? AND action='outcome' ORDER BY id DESC LIMIT 1", gd).Scan(&rpDetail))
 	assert.Assert(t, is.Contains(rpDetail, "trace_id="+rp.TraceID))
+
+	// settle: a decision per run, each its own trace, its event naming it.
+	var decisions []otlptest.Span
+	for _, sp := range spans.spans {
+		if sp.Name == "settle.decision" {
+			decisions = append(decisions, sp)
+		}
+	}
+	assert.Equal(t, len(decisions), 2, "one settle.decision span per run: %+v", decisions)
+	byOutcome := map[string]otlptest.Span{}
+	for _, sp := range decisions {
+		assert.Equal(t, sp.Service, "settle")
+		assert.Equal(t, sp.ParentID, "")
+		byOutcome[sp.Attrs["dedup.outcome"]] = sp
+	}
+	for action, verb := range map[string]string{"propose": "propose", "approve": "approve"} {
+		sp, ok := byOutcome[verb]
+		assert.Assert(t, ok, "no settle.decision span for %s: %+v", verb, decisions)
+		var d string
+		assert.NilError(t, ldb.QueryRow("SELECT detail FROM tx_event WHERE guid=? AND action=?", gd, action).Scan(&d))
+		var detail struct {
+			TraceID string `json:"trace_id"`
+		}
+		assert.NilError(t, json.Unmarshal([]byte(d), &detail), d)
+		assert.Equal(t, detail.TraceID, sp.TraceID, "the %s event does not name its settle run's trace: %s", action, d)
+	}
+	assert.Assert(t, is.Contains(prop.Stderr(), "trace_id="+byOutcome["propose"].TraceID))
+	assert.Assert(t, is.Contains(appr.Stderr(), "trace_id="+byOutcome["approve"].TraceID))
 
 	// Never an account number, an amount's telegram field or a memo.
 	raw := col.Raw()
