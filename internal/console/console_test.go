@@ -332,3 +332,35 @@ func TestInDoubtPaginates(t *testing.T) {
 		})
 	}
 }
+
+// The overview counts each state up to countLimit rows, whatever the
+// ledger's size: a state past it shows "≥ countLimit", not a count that
+// looks exact, and a state within it its exact count.
+func TestOverviewShowsALargeStateAsAtLeastTheLimit(t *testing.T) {
+	for _, lg := range ledgers {
+		t.Run(lg.name, func(t *testing.T) {
+			d := newDesk(t, lg.open)
+			insert := `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < ?)
+INSERT INTO tx(guid, tx_code, state, rsp_code, request, response, attempts)
+SELECT printf('20261202IBK%021d', i), 'TRF00001', 'DONE', '0000', X'00', X'00', 1 FROM n`
+			if lg.name == "postgres" {
+				insert = `INSERT INTO tx(guid, tx_code, state, rsp_code, request, response, attempts)
+SELECT '20261202IBK' || lpad(i::text, 21, '0'), 'TRF00001', 'DONE', '0000', '\x00'::bytea, '\x00'::bytea, 1
+FROM generate_series(1, ?::int) AS i`
+			}
+			d.exec(t, insert, countLimit+1)
+			for i := 0; i < 3; i++ {
+				d.insertUnknown(t, newGUID())
+			}
+			code, body := d.get(t, "vic", "/")
+			assert.Equal(t, code, 200)
+			card := regexp.MustCompile(`<div class="state">(\w+)</div><div class="n">([^<]*)</div>`)
+			shown := map[string]string{}
+			for _, m := range card.FindAllStringSubmatch(body, -1) {
+				shown[m[1]] = m[2]
+			}
+			assert.Check(t, is.Equal(shown["DONE"], fmt.Sprintf("&ge; %d", countLimit)), "the DONE card: %v", shown)
+			assert.Check(t, is.Equal(shown["UNKNOWN"], "3"), "the UNKNOWN card: %v", shown)
+		})
+	}
+}
