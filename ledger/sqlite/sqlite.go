@@ -290,7 +290,7 @@ func (l *Ledger) checkInBackground() {
 		defer close(l.checkEnded)
 		start := time.Now()
 		for {
-			_, err := scrub(ctx, l.rdb)
+			_, err := scrubLedger(ctx, l.rdb)
 			if ctx.Err() != nil {
 				return // closed meanwhile
 			}
@@ -316,6 +316,11 @@ func (l *Ledger) checkInBackground() {
 // scrubRetry is how long the background check waits before it starts
 // again after an error that is not damage.
 var scrubRetry = 30 * time.Second
+
+// scrubLedger is the scrub the background check runs: scrub, which a test
+// replaces to make a read fail the way SQLite cannot be made to on demand
+// (busy, locked).
+var scrubLedger = scrub
 
 // isDamage reports whether err says that the file's pages cannot be read
 // as a sound ledger: SQLite found a page that is not what its tree needs

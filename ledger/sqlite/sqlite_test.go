@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -491,4 +492,58 @@ func TestIsDamage(t *testing.T) {
 	} {
 		assert.Check(t, isDamage(tc.err) == tc.want, "%v: isDamage=%v", tc.err, !tc.want)
 	}
+}
+
+// A background check whose read fails with an error that is not damage
+// (the database busy or locked) starts again after scrubRetry, with a
+// warning: the sound ledger is never called damaged for it, its writes go
+// on meanwhile, and the check that follows reports it sound.
+func TestScrubStartsAgainAfterAnErrorThatIsNotDamage(t *testing.T) {
+	realScrub, realRetry := scrubLedger, scrubRetry
+	t.Cleanup(func() { scrubLedger, scrubRetry = realScrub, realRetry })
+	scrubRetry = 50 * time.Millisecond
+	var runs atomic.Int32
+	release := make(chan struct{})
+	scrubLedger = func(ctx context.Context, db *sql.DB) (int64, error) {
+		if runs.Add(1) <= 2 { // busy, then locked, as another process's recovery makes it
+			if runs.Load() == 2 {
+				<-release
+				return 0, fmt.Errorf("integrity check (table tx): %w", sqlite3.Error{Code: sqlite3.ErrLocked})
+			}
+			return 0, fmt.Errorf("integrity check (table tx): %w", sqlite3.Error{Code: sqlite3.ErrBusy})
+		}
+		return realScrub(ctx, db)
+	}
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	warned := make(chan string, 8)
+	checked := make(chan error, 1)
+	l, err := Open(path, ledger.Options{
+		Warn:              func(msg string, _ ...any) { warned <- msg },
+		CheckInBackground: func(_ time.Duration, err error) { checked <- err }})
+	assert.NilError(t, err)
+	defer l.Close()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case msg := <-warned:
+			return msg
+		case err := <-checked:
+			t.Fatalf("the check ended (%v) where it should have warned and started again (%s)", err, what)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no warning within 20 s (%s)", what)
+		}
+		return ""
+	}
+	assert.Assert(t, is.Contains(next("after busy"), "not damage; starting it again"))
+	// While the check is held between its tries, the ledger is not damaged
+	// and takes writes.
+	assert.NilError(t, l.Damaged())
+	claimed, err := l.Claim(ctx, "G-during-the-retries", "TRF00001", []byte("r"))
+	assert.NilError(t, err)
+	assert.Assert(t, claimed)
+	close(release)
+	assert.Assert(t, is.Contains(next("after locked"), "not damage; starting it again"))
+	assert.NilError(t, <-checked, "the check after the retries did not report the ledger sound")
+	assert.Equal(t, runs.Load(), int32(3))
+	assert.NilError(t, l.Damaged())
 }
