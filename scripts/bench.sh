@@ -64,6 +64,8 @@
 #   never answers; BENCH_ROUNDS rounds (default 3), the
 #   modes alternating within each, the median printed with the spread.
 #   vs_off = the mode's median tx/s / off's. Target: on (live) >= 0.95x.
+#   BENCH_T6_CONNS (default "16 64") and BENCH_T6_MODES (default "off live
+#   live-10% down hanging") pick the points, for more rounds of fewer.
 #
 # Table 7 (real binaries): costs that grow with the ledger, before and after.
 #   On SQLite ledgers of BENCH_SCALE7 rows (default "0 10000000"; DONE rows
@@ -533,8 +535,8 @@ hung="http://$(wait_listening "$work/hang.log")"
 down="http://$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print("127.0.0.1:%d" % s.getsockname()[1])')"
 : >"$work/table6.txt"
 for round in $(seq 1 "${BENCH_ROUNDS:-3}"); do
-  for c in 16 64; do
-    for mode in off live live-10% down hanging; do
+  for c in ${BENCH_T6_CONNS:-16 64}; do
+    for mode in ${BENCH_T6_MODES:-off live live-10% down hanging}; do
       rm -f "$work"/trace.db*
       unset OTEL_TRACES_SAMPLER OTEL_TRACES_SAMPLER_ARG
       case $mode in
