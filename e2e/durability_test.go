@@ -69,13 +69,28 @@ func TestCommitWithoutTheStandbyIsCountedAndNotSent(t *testing.T) {
 	pg, db := ownPostgres(t)
 	admin := pg.URL("postgres")
 	c := startCore(t)
+	first := startRelay(t, db, c.url) // the schema, before commits start to wait
+	assert.Equal(t, first.stop(t, syscall.SIGTERM), 0)
+
+	// A standby that never comes: every commit waits for it. The relay
+	// starts once the setting is in force, so that each of its sessions
+	// has it from the first: the claim is the write that waits (a session
+	// made before would take the reload at a moment of its own, and the
+	// finish might be the one to wait instead).
+	pgtest.Exec(t, admin, "ALTER SYSTEM SET synchronous_standby_names = 'ghost'")
+	pgtest.Exec(t, admin, "SELECT pg_reload_conf()")
+	adb := openDB(t, admin)
+	adb.SetMaxIdleConns(0) // each poll on a new session: the setting as a new session sees it
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		var v string
+		if err := adb.QueryRow("SHOW synchronous_standby_names").Scan(&v); err != nil || v != "ghost" {
+			return poll.Continue("synchronous_standby_names reads %q (%v)", v, err)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(20*time.Second), poll.WithDelay(20*time.Millisecond))
 	r := startRelay(t, db, c.url, "--metrics-listen", "127.0.0.1:0")
 	m, _ := scrape(t, r.metricsAddr)
 	assert.Equal(t, m[`dedup_ledger_not_committed_total{reason="commit_warning"}`], 0.0, "the series is not exported at 0")
-
-	// A standby that never comes: every commit waits for it.
-	pgtest.Exec(t, admin, "ALTER SYSTEM SET synchronous_standby_names = 'ghost'")
-	pgtest.Exec(t, admin, "SELECT pg_reload_conf()")
 	g := newGUID()
 	tg := telegram(t, g)
 	reply := make(chan []byte, 1)
@@ -87,7 +102,6 @@ func TestCommitWithoutTheStandbyIsCountedAndNotSent(t *testing.T) {
 		}
 		reply <- rsp
 	}()
-	adb := openDB(t, admin)
 	var pid int
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		err := adb.QueryRow(`SELECT pid FROM pg_stat_activity WHERE application_name='dedup' AND wait_event='SyncRep' LIMIT 1`).Scan(&pid)
