@@ -505,12 +505,12 @@ func TestScrubStartsAgainAfterAnErrorThatIsNotDamage(t *testing.T) {
 	var runs atomic.Int32
 	release := make(chan struct{})
 	scrubLedger = func(ctx context.Context, db *sql.DB) (int64, error) {
-		if runs.Add(1) <= 2 { // busy, then locked, as another process's recovery makes it
-			if runs.Load() == 2 {
-				<-release
-				return 0, fmt.Errorf("integrity check (table tx): %w", sqlite3.Error{Code: sqlite3.ErrLocked})
-			}
+		switch runs.Add(1) { // busy, then locked, as another process's recovery makes it
+		case 1:
 			return 0, fmt.Errorf("integrity check (table tx): %w", sqlite3.Error{Code: sqlite3.ErrBusy})
+		case 2:
+			<-release
+			return 0, fmt.Errorf("integrity check (table tx): %w", sqlite3.Error{Code: sqlite3.ErrLocked})
 		}
 		return realScrub(ctx, db)
 	}
