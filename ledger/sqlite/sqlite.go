@@ -65,6 +65,15 @@ type Ledger struct {
 	damaged    atomic.Pointer[error]      // set when the check failed: every write fails with it
 	stopCheck  context.CancelFunc
 	checkEnded chan struct{}
+
+	// A purge's checkpoints (see PurgeBatch): autoCheckpoint is the
+	// write connection's wal_autocheckpoint before the purge turned it
+	// off (0: it is on), set and read only by the caller leading a batch;
+	// checkpointing is whether a passive checkpoint runs in the
+	// background, and checkpoints waits for it.
+	autoCheckpoint int
+	checkpointing  atomic.Bool
+	checkpoints    sync.WaitGroup
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -382,6 +391,7 @@ func (l *Ledger) Close() error {
 		l.stopCheck()
 		<-l.checkEnded
 	}
+	l.checkpoints.Wait()
 	l.getStmt.Close()
 	l.stmts.close()
 	err := l.conn.Close()

@@ -249,6 +249,60 @@ func TestPurgedMemoIsNotInTheFile(t *testing.T) {
 	}
 }
 
+// A purge batch's commit runs no automatic checkpoint (its pause would
+// count it as time the batch held the write lock): the write connection's
+// wal_autocheckpoint is off while the purge runs and as it was once the
+// last batch ended, and each batch that deleted rows checkpoints in the
+// background instead, so the purged pages reach the file after the batch
+// and before the next (the WAL here is far below the automatic
+// checkpoint's 1000 pages: only that background checkpoint copies them).
+func TestPurgeBatchCheckpointsInItsPauseNotInItsCommit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.db")
+	l, err := Open(path, ledger.Options{})
+	assert.NilError(t, err)
+	defer l.Close()
+	autoCheckpoint := func() int {
+		var pages int
+		assert.NilError(t, l.conn.QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&pages))
+		return pages
+	}
+	assert.Equal(t, autoCheckpoint(), 1000)
+	memo := "PAUSE-MEMO-0815"
+	for i := 0; i < 20; i++ {
+		g := fmt.Sprintf("p%02d", i)
+		ok, err := l.Claim(ctx, g, "TRF00001", []byte("request with "+memo))
+		assert.NilError(t, err)
+		assert.Assert(t, ok)
+		_, err = l.Finish(ctx, g, 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("reply " + memo)})
+		assert.NilError(t, err)
+	}
+	raw := rawDB(t, path)
+	_, err = raw.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	assert.NilError(t, err)
+	_, err = raw.Exec("UPDATE tx SET updated_at = datetime('now', '-30 days')")
+	assert.NilError(t, err)
+	_, err = raw.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	assert.NilError(t, err)
+	inFile := func() bool {
+		b, err := os.ReadFile(path)
+		assert.NilError(t, err)
+		return bytes.Contains(b, []byte(memo))
+	}
+	assert.Assert(t, inFile(), "the rows were not in the file before the purge")
+
+	n, err := l.PurgeBatch(ctx, 7, 100)
+	assert.NilError(t, err)
+	assert.Equal(t, n, int64(20))
+	assert.Equal(t, autoCheckpoint(), 0, "the purge's commits would run the automatic checkpoint")
+	l.checkpoints.Wait()
+	assert.Assert(t, !inFile(), "no checkpoint after the batch: the purged pages are still only in the WAL")
+
+	n, err = l.PurgeBatch(ctx, 7, 100)
+	assert.NilError(t, err)
+	assert.Equal(t, n, int64(0))
+	assert.Equal(t, autoCheckpoint(), 1000, "the automatic checkpoint stayed off after the purge")
+}
+
 // One write's failure is that write's alone: a batch in which one
 // statement is refused by a constraint (an outcome with a state the
 // table's CHECK refuses) commits every other write, and each caller gets

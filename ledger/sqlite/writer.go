@@ -386,10 +386,25 @@ func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, 
 // inside one transaction, and commits once it has held the write lock for
 // ledger.PurgeHold, so it may return fewer than limit while more remain:
 // callers repeat it until it returns 0.
+//
+// A purge's commits run no automatic checkpoint. SQLite runs one inside
+// the COMMIT of whichever connection takes the WAL past 1000 pages (the
+// relay's pages as well as the purge's), after the write lock is
+// released; the purge's pause, twice as long as its batch took
+// (batch.Purge), then counted the checkpoint as time the batch held the
+// lock, and a purge on a large ledger paused about twice as long as its
+// rule says. Instead each batch that deleted rows starts a passive
+// checkpoint in the background, which runs in the pause: it takes no write
+// lock, never waits for readers or writers, and keeps the WAL as short as
+// the automatic one would. The last batch (none deleted) waits for it,
+// empties the WAL, and turns the automatic checkpoint back on.
 func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error) {
 	age := fmt.Sprintf("-%d days", days)
 	var n int64
 	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		if err := l.stopAutoCheckpoint(ctx); err != nil {
+			return err
+		}
 		n = 0 // run again from the start if its batch is retried
 		start := time.Now()
 		for n < int64(limit) && (n == 0 || time.Since(start) < ledger.PurgeHold) {
@@ -412,12 +427,77 @@ func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error)
 	if err != nil {
 		return 0, fmt.Errorf("purge: %w", err)
 	}
-	if n == 0 {
-		// The last batch of a purge: copy the WAL's overwritten pages into
-		// the file and empty the WAL, so that no purged bytes stay in either.
-		l.truncateWAL(ctx)
+	if n > 0 {
+		l.checkpointInBackground()
+		return n, nil
 	}
-	return n, nil
+	// The last batch of a purge: copy the WAL's overwritten pages into
+	// the file and empty the WAL, so that no purged bytes stay in either.
+	l.checkpoints.Wait()
+	l.truncateWAL(ctx)
+	// Even when the purge is being interrupted: the rows are deleted, and
+	// the connection writes on as it did before.
+	if err := l.submit(context.WithoutCancel(ctx), &op{run: l.restoreAutoCheckpoint}); err != nil && l.warn != nil {
+		l.warn("purge: the automatic checkpoint could not be turned back on", "error", err)
+	}
+	return 0, nil
+}
+
+// stopAutoCheckpoint turns the write connection's automatic checkpoint
+// off for a purge (see PurgeBatch), noting what it was. It runs inside a
+// batch: only its leader uses the write connection.
+func (l *Ledger) stopAutoCheckpoint(ctx context.Context) error {
+	if l.autoCheckpoint > 0 {
+		return nil
+	}
+	var pages int
+	if err := l.conn.QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&pages); err != nil {
+		return err
+	}
+	if pages <= 0 {
+		return nil // off already: nothing to restore
+	}
+	if _, err := l.conn.ExecContext(ctx, "PRAGMA wal_autocheckpoint=0"); err != nil {
+		return err
+	}
+	l.autoCheckpoint = pages
+	return nil
+}
+
+// restoreAutoCheckpoint turns the automatic checkpoint back on as it was
+// before the purge, inside a batch.
+func (l *Ledger) restoreAutoCheckpoint(ctx context.Context, _ *writeStmts) error {
+	if l.autoCheckpoint <= 0 {
+		return nil
+	}
+	if _, err := l.conn.ExecContext(ctx, fmt.Sprintf("PRAGMA wal_autocheckpoint=%d", l.autoCheckpoint)); err != nil {
+		return err
+	}
+	l.autoCheckpoint = 0
+	return nil
+}
+
+// checkpointInBackground starts a passive checkpoint on a read
+// connection unless one is running. Passive: it copies what no reader
+// still needs and never invokes the busy handler, so it waits for no one
+// and no one waits for it. A checkpoint the relay's own runs meanwhile
+// (its automatic one) makes this one return busy at once, which is fine.
+func (l *Ledger) checkpointInBackground() {
+	if !l.checkpointing.CompareAndSwap(false, true) {
+		return
+	}
+	l.checkpoints.Add(1)
+	go func() {
+		defer l.checkpoints.Done()
+		defer l.checkpointing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), ledger.BusyTimeout)
+		defer cancel()
+		var busy, logFrames, checkpointed int
+		err := l.rdb.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &logFrames, &checkpointed)
+		if err != nil && l.warn != nil {
+			l.warn("purge: a checkpoint between batches failed; the next batch starts another", "error", err)
+		}
+	}()
 }
 
 // purgeChunk is how many rows one purge statement deletes; PurgeBatch runs
