@@ -210,6 +210,20 @@ func TestLedgerFilesArePrivate(t *testing.T) {
 	assert.Assert(t, strings.Contains(warned[0], path) && strings.Contains(warned[0], "0644"), warned[0])
 }
 
+// doneRowsWithMemo claims and finishes n DONE rows (GUIDs prefix00,
+// prefix01, ...) whose request and reply both carry memo.
+func doneRowsWithMemo(t *testing.T, l *Ledger, prefix string, n int, memo string) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		g := fmt.Sprintf("%s%02d", prefix, i)
+		ok, err := l.Claim(ctx, g, "TRF00001", []byte("request with "+memo))
+		assert.NilError(t, err)
+		assert.Assert(t, ok)
+		_, err = l.Finish(ctx, g, 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("reply " + memo)})
+		assert.NilError(t, err)
+	}
+}
+
 // A purged request's bytes (its memo) are in neither the file nor its WAL
 // after the purge: secure_delete overwrites them, the last purge call
 // checkpoints and empties the WAL.
@@ -219,14 +233,7 @@ func TestPurgedMemoIsNotInTheFile(t *testing.T) {
 	assert.NilError(t, err)
 	defer l.Close()
 	memo := "SECRET-MEMO-4711"
-	for i := 0; i < 50; i++ {
-		g := fmt.Sprintf("g%02d", i)
-		ok, err := l.Claim(ctx, g, "TRF00001", []byte("request with "+memo))
-		assert.NilError(t, err)
-		assert.Assert(t, ok)
-		_, err = l.Finish(ctx, g, 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("reply " + memo)})
-		assert.NilError(t, err)
-	}
+	doneRowsWithMemo(t, l, "g", 50, memo)
 	// Force the rows into the main file first, as a long-running ledger has them.
 	_, err = rawDB(t, path).Exec("PRAGMA wal_checkpoint(TRUNCATE)")
 	assert.NilError(t, err)
@@ -268,14 +275,7 @@ func TestPurgeBatchCheckpointsInItsPauseNotInItsCommit(t *testing.T) {
 	}
 	assert.Equal(t, autoCheckpoint(), 1000)
 	memo := "PAUSE-MEMO-0815"
-	for i := 0; i < 20; i++ {
-		g := fmt.Sprintf("p%02d", i)
-		ok, err := l.Claim(ctx, g, "TRF00001", []byte("request with "+memo))
-		assert.NilError(t, err)
-		assert.Assert(t, ok)
-		_, err = l.Finish(ctx, g, 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("reply " + memo)})
-		assert.NilError(t, err)
-	}
+	doneRowsWithMemo(t, l, "p", 20, memo)
 	raw := rawDB(t, path)
 	_, err = raw.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
 	assert.NilError(t, err)
