@@ -303,6 +303,57 @@ func TestPurgeBatchCheckpointsInItsPauseNotInItsCommit(t *testing.T) {
 	assert.Equal(t, autoCheckpoint(), 1000, "the automatic checkpoint stayed off after the purge")
 }
 
+// A purge that ends early, by a batch that fails or by being interrupted,
+// turns the write connection's automatic checkpoint back on all the same:
+// batch.Purge stops at the error, and the relay's writes through this
+// connection must checkpoint as before.
+func TestPurgeThatEndsEarlyTurnsTheAutomaticCheckpointBackOn(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(t *testing.T, raw *sql.DB) context.Context
+	}{
+		{"a batch whose delete fails", func(t *testing.T, raw *sql.DB) context.Context {
+			_, err := raw.Exec(`CREATE TRIGGER purge_fails BEFORE DELETE ON tx BEGIN SELECT RAISE(ABORT, 'disk on fire'); END`)
+			assert.NilError(t, err)
+			return ctx
+		}},
+		{"a purge interrupted before its last batch", func(t *testing.T, raw *sql.DB) context.Context {
+			c, cancel := context.WithCancel(ctx)
+			cancel()
+			return c
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "relay.db")
+			l, err := Open(path, ledger.Options{})
+			assert.NilError(t, err)
+			defer l.Close()
+			autoCheckpoint := func() int {
+				var pages int
+				assert.NilError(t, l.conn.QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&pages))
+				return pages
+			}
+			doneRowsWithMemo(t, l, "e", 20, "EARLY-END")
+			raw := rawDB(t, path)
+			_, err = raw.Exec("UPDATE tx SET updated_at = datetime('now', '-30 days')")
+			assert.NilError(t, err)
+
+			n, err := l.PurgeBatch(ctx, 7, 10)
+			assert.NilError(t, err)
+			assert.Equal(t, n, int64(10))
+			assert.Equal(t, autoCheckpoint(), 0)
+
+			n, err = l.PurgeBatch(tc.fault(t, raw), 7, 10)
+			assert.Assert(t, err != nil, "the faulted batch reported no error")
+			assert.Equal(t, n, int64(0))
+			assert.Equal(t, autoCheckpoint(), 1000, "the automatic checkpoint stayed off after the purge ended early")
+			var left int
+			assert.NilError(t, raw.QueryRow("SELECT count(*) FROM tx").Scan(&left))
+			assert.Equal(t, left, 10, "the faulted batch deleted rows")
+		})
+	}
+}
+
 // One write's failure is that write's alone: a batch in which one
 // statement is refused by a constraint (an outcome with a state the
 // table's CHECK refuses) commits every other write, and each caller gets

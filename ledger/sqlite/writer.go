@@ -425,6 +425,9 @@ func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error)
 		return nil
 	}})
 	if err != nil {
+		// A failed batch ends the purge (batch.Purge returns its error):
+		// the connection writes on as it did before the purge.
+		l.restoreAutoCheckpointAfterPurge(ctx)
 		return 0, fmt.Errorf("purge: %w", err)
 	}
 	if n > 0 {
@@ -435,12 +438,18 @@ func (l *Ledger) PurgeBatch(ctx context.Context, days, limit int) (int64, error)
 	// the file and empty the WAL, so that no purged bytes stay in either.
 	l.checkpoints.Wait()
 	l.truncateWAL(ctx)
-	// Even when the purge is being interrupted: the rows are deleted, and
-	// the connection writes on as it did before.
+	l.restoreAutoCheckpointAfterPurge(ctx)
+	return 0, nil
+}
+
+// restoreAutoCheckpointAfterPurge turns the write connection's automatic
+// checkpoint back on once a purge ended, by its last batch or by an
+// error, and even when the purge is being interrupted: the rows deleted
+// so far stay deleted, and the connection writes on as it did before.
+func (l *Ledger) restoreAutoCheckpointAfterPurge(ctx context.Context) {
 	if err := l.submit(context.WithoutCancel(ctx), &op{run: l.restoreAutoCheckpoint}); err != nil && l.warn != nil {
 		l.warn("purge: the automatic checkpoint could not be turned back on", "error", err)
 	}
-	return 0, nil
 }
 
 // stopAutoCheckpoint turns the write connection's automatic checkpoint
