@@ -256,6 +256,15 @@ func TestPurgedMemoIsNotInTheFile(t *testing.T) {
 	}
 }
 
+// autoCheckpointOf is the write connection's wal_autocheckpoint: the
+// pages past which its commits checkpoint (0: off, as during a purge).
+func autoCheckpointOf(t *testing.T, l *Ledger) int {
+	t.Helper()
+	var pages int
+	assert.NilError(t, l.conn.QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&pages))
+	return pages
+}
+
 // A purge batch's commit runs no automatic checkpoint (its pause would
 // count it as time the batch held the write lock): the write connection's
 // wal_autocheckpoint is off while the purge runs and as it was once the
@@ -268,11 +277,7 @@ func TestPurgeBatchCheckpointsInItsPauseNotInItsCommit(t *testing.T) {
 	l, err := Open(path, ledger.Options{})
 	assert.NilError(t, err)
 	defer l.Close()
-	autoCheckpoint := func() int {
-		var pages int
-		assert.NilError(t, l.conn.QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&pages))
-		return pages
-	}
+	autoCheckpoint := func() int { return autoCheckpointOf(t, l) }
 	assert.Equal(t, autoCheckpoint(), 1000)
 	memo := "PAUSE-MEMO-0815"
 	doneRowsWithMemo(t, l, "p", 20, memo)
@@ -328,11 +333,7 @@ func TestPurgeThatEndsEarlyTurnsTheAutomaticCheckpointBackOn(t *testing.T) {
 			l, err := Open(path, ledger.Options{})
 			assert.NilError(t, err)
 			defer l.Close()
-			autoCheckpoint := func() int {
-				var pages int
-				assert.NilError(t, l.conn.QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&pages))
-				return pages
-			}
+			autoCheckpoint := func() int { return autoCheckpointOf(t, l) }
 			doneRowsWithMemo(t, l, "e", 20, "EARLY-END")
 			raw := rawDB(t, path)
 			_, err = raw.Exec("UPDATE tx SET updated_at = datetime('now', '-30 days')")
