@@ -277,8 +277,7 @@ func TestPurgeBatchCheckpointsInItsPauseNotInItsCommit(t *testing.T) {
 	l, err := Open(path, ledger.Options{})
 	assert.NilError(t, err)
 	defer l.Close()
-	autoCheckpoint := func() int { return autoCheckpointOf(t, l) }
-	assert.Equal(t, autoCheckpoint(), 1000)
+	assert.Equal(t, autoCheckpointOf(t, l), 1000)
 	memo := "PAUSE-MEMO-0815"
 	doneRowsWithMemo(t, l, "p", 20, memo)
 	raw := rawDB(t, path)
@@ -298,14 +297,14 @@ func TestPurgeBatchCheckpointsInItsPauseNotInItsCommit(t *testing.T) {
 	n, err := l.PurgeBatch(ctx, 7, 100)
 	assert.NilError(t, err)
 	assert.Equal(t, n, int64(20))
-	assert.Equal(t, autoCheckpoint(), 0, "the purge's commits would run the automatic checkpoint")
+	assert.Equal(t, autoCheckpointOf(t, l), 0, "the purge's commits would run the automatic checkpoint")
 	l.checkpoints.Wait()
 	assert.Assert(t, !inFile(), "no checkpoint after the batch: the purged pages are still only in the WAL")
 
 	n, err = l.PurgeBatch(ctx, 7, 100)
 	assert.NilError(t, err)
 	assert.Equal(t, n, int64(0))
-	assert.Equal(t, autoCheckpoint(), 1000, "the automatic checkpoint stayed off after the purge")
+	assert.Equal(t, autoCheckpointOf(t, l), 1000, "the automatic checkpoint stayed off after the purge")
 }
 
 // A purge that ends early, by a batch that fails or by being interrupted,
@@ -333,7 +332,6 @@ func TestPurgeThatEndsEarlyTurnsTheAutomaticCheckpointBackOn(t *testing.T) {
 			l, err := Open(path, ledger.Options{})
 			assert.NilError(t, err)
 			defer l.Close()
-			autoCheckpoint := func() int { return autoCheckpointOf(t, l) }
 			doneRowsWithMemo(t, l, "e", 20, "EARLY-END")
 			raw := rawDB(t, path)
 			_, err = raw.Exec("UPDATE tx SET updated_at = datetime('now', '-30 days')")
@@ -342,12 +340,12 @@ func TestPurgeThatEndsEarlyTurnsTheAutomaticCheckpointBackOn(t *testing.T) {
 			n, err := l.PurgeBatch(ctx, 7, 10)
 			assert.NilError(t, err)
 			assert.Equal(t, n, int64(10))
-			assert.Equal(t, autoCheckpoint(), 0)
+			assert.Equal(t, autoCheckpointOf(t, l), 0)
 
 			n, err = l.PurgeBatch(tc.fault(t, raw), 7, 10)
 			assert.Assert(t, err != nil, "the faulted batch reported no error")
 			assert.Equal(t, n, int64(0))
-			assert.Equal(t, autoCheckpoint(), 1000, "the automatic checkpoint stayed off after the purge ended early")
+			assert.Equal(t, autoCheckpointOf(t, l), 1000, "the automatic checkpoint stayed off after the purge ended early")
 			var left int
 			assert.NilError(t, raw.QueryRow("SELECT count(*) FROM tx").Scan(&left))
 			assert.Equal(t, left, 10, "the faulted batch deleted rows")
