@@ -3,12 +3,18 @@
 # the README): the real binaries in bin/ (scripts/bench.sh builds them),
 # a fixture core, 16 channel connections, 10 % retransmissions.
 #
-#   scripts/ledger-bench.sh restart RELAY_BIN DB
-#       the relay's first second after a start (metrics on), the 9 s after
-#       it, the next 10 s (its steady state), then a 1 s run on the warmed
-#       relay (a load run's own start in it too): tx/s, latency,
-#       applied_twice of each, and the first second against both. For a cold page
-#       cache, run `sync; echo 3 > /proc/sys/vm/drop_caches` (root) first.
+#   scripts/ledger-bench.sh restart RELAY_BIN DB [ROUNDS] [warm|cold]
+#       ROUNDS (default 1) restarts of the relay (metrics on) while the
+#       fixture core stays up, as a bank's core does when a relay restarts
+#       (the core is warmed first through a relay run of 3 s on DB); in
+#       each, the relay's first second after its start, the 9 s after it,
+#       the next 10 s (its steady state), then a 1 s run on the warmed
+#       relay (a load run's own start in it too): tx/s, latency and
+#       applied_twice of each, the first second against both, and over
+#       the rounds the median and the spread of both ratios. cold (root)
+#       drops the page cache before each start (sync; echo 3 >
+#       /proc/sys/vm/drop_caches) and reads bin/ back, so that only the
+#       ledger is cold.
 #   scripts/ledger-bench.sh purge DB PURGE_BIN [SECONDS]
 #       PURGE_BIN --days 3 for SECONDS (default 30) while the load runs
 #       through bin/relay: the purge's rows/s, the rows/s the load added
@@ -31,9 +37,9 @@ trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$
 
 # listening LOG: the address a server printed on its "listening addr=" line.
 listening() {
-  for _ in $(seq 1 200); do
+  for _ in $(seq 1 1000); do
     grep -q "listening addr=" "$1" 2>/dev/null && break
-    sleep 0.1
+    sleep 0.02
   done
   sed -n 's/.*listening addr=\([0-9.:]*\).*/\1/p' "$1" | head -n1
 }
@@ -46,25 +52,56 @@ load() { "$B/channel" load --relay "$relay" --conns 16 --duration "$1" --dup-rat
 
 case "${1:-}" in
 restart)
-  [ $# -eq 3 ] || { echo "usage: $0 restart RELAY_BIN DB" >&2; exit 2; }
+  [ $# -ge 3 ] && [ $# -le 5 ] || { echo "usage: $0 restart RELAY_BIN DB [ROUNDS] [warm|cold]" >&2; exit 2; }
+  rbin=$2 db=$3 rounds=${4:-1} cache=${5:-warm}
+  case "$cache" in warm|cold) ;; *) echo "restart: the cache is warm or cold, not $cache" >&2; exit 2 ;; esac
+  [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "restart: ROUNDS is a whole number of restarts, not $rounds" >&2; exit 2; }
+  [ "$cache" = warm ] || [ -w /proc/sys/vm/drop_caches ] || { echo "restart: cold drops the page cache, which needs root" >&2; exit 2; }
   start_core
-  "$2" --db "$3" --listen 127.0.0.1:0 --core "$core" --metrics-listen 127.0.0.1:0 2>"$w/relay.log" &
-  pids+=($!)
-  relay=$(listening "$w/relay.log")
-  first=$(load 1 | tr '\n' ' ')
-  rest=$(load 9 | tr '\n' ' ')
-  steady=$(load 10 | tr '\n' ' ')
-  # A 1 s run on the warmed relay: a load run's own first second (its
-  # connections opening) is then in both sides of the ratio.
-  again=$(load 1 | tr '\n' ' ')
-  echo "first 1 s:   $first"
-  echo "next 9 s:    $rest"
-  echo "steady 10 s: $steady"
-  echo "then 1 s:    $again"
+  # start_relay: the relay under test on DB, its address in relay.
+  start_relay() {
+    local t0; t0=$(date +%s.%N)
+    "$rbin" --db "$db" --listen 127.0.0.1:0 --core "$core" --metrics-listen 127.0.0.1:0 2>"$w/relay.log" &
+    rpid=$!
+    pids+=($rpid)
+    relay=$(listening "$w/relay.log")
+    listen_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+  }
+  stop_relay() { kill "$rpid"; wait "$rpid" 2>/dev/null || true; }
+  start_relay
+  load 3 >/dev/null
+  stop_relay
   tps() { sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$1"; }
-  awk -v a="$(tps "$first")" -v b="$(tps "$steady")" -v c="$(tps "$again")" 'BEGIN {
-    if (b > 0 && c > 0) printf "first second / steady 10 s: %.2fx; first second / a warmed relay'"'"'s 1 s run: %.2fx\n", a / b, a / c }' 
-  grep -o 'ledger check.*took_s=[0-9.]*' "$w/relay.log" || echo "(the relay's background check had not ended)"
+  : >"$w/ratios"
+  for round in $(seq 1 "$rounds"); do
+    if [ "$cache" = cold ]; then
+      sync
+      echo 3 >/proc/sys/vm/drop_caches
+      cat "$B"/* >/dev/null
+    fi
+    start_relay
+    first=$(load 1 | tr '\n' ' ')
+    rest=$(load 9 | tr '\n' ' ')
+    steady=$(load 10 | tr '\n' ' ')
+    # A 1 s run on the warmed relay: a load run's own first second (its
+    # connections opening) is then in both sides of the ratio.
+    again=$(load 1 | tr '\n' ' ')
+    echo "round $round ($cache): listening ${listen_s} s after its start (polled every 20 ms)"
+    echo "  first 1 s:   $first"
+    echo "  next 9 s:    $rest"
+    echo "  steady 10 s: $steady"
+    echo "  then 1 s:    $again"
+    grep -o 'ledger check.*took_s=[0-9.]*' "$w/relay.log" | sed 's/^/  /' || echo "  (the relay's background check had not ended)"
+    stop_relay
+    awk -v a="$(tps "$first")" -v b="$(tps "$steady")" -v c="$(tps "$again")" 'BEGIN {
+      if (b > 0 && c > 0) { printf "  first second / steady 10 s: %.2fx; first second / a warmed relay'"'"'s 1 s run: %.2fx\n", a / b, a / c
+                           printf "%.2f %.2f\n", a / b, a / c >> "'"$w/ratios"'" } }'
+  done
+  # median COLUMN: the median, the lowest and the highest of that ratio over the rounds.
+  median() { cut -d' ' -f"$1" "$w/ratios" | sort -n | awk '{ v[NR] = $1 } END {
+    if (NR == 0) exit; m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "median %.2fx (%.2fx to %.2fx)", m, v[1], v[NR] }'; }
+  echo "$rounds rounds ($cache): first second / steady 10 s $(median 1); first second / a warmed relay's 1 s run $(median 2)"
   ;;
 purge)
   [ $# -ge 3 ] || { echo "usage: $0 purge DB PURGE_BIN [SECONDS]" >&2; exit 2; }
@@ -139,7 +176,7 @@ versus-redis)
   done
   ;;
 *)
-  echo "usage: $0 restart RELAY_BIN DB | purge DB PURGE_BIN [SECONDS] | versus-redis [SECONDS] [ROUNDS]" >&2
+  echo "usage: $0 restart RELAY_BIN DB [ROUNDS] [warm|cold] | purge DB PURGE_BIN [SECONDS] | versus-redis [SECONDS] [ROUNDS]" >&2
   exit 2
   ;;
 esac
