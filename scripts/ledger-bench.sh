@@ -77,7 +77,7 @@ restart)
     if [ "$cache" = cold ]; then
       sync
       echo 3 >/proc/sys/vm/drop_caches
-      cat "$B"/* >/dev/null
+      cat "$B"/* >/dev/null 2>&1 || true
     fi
     start_relay
     first=$(load 1 | tr '\n' ' ')
