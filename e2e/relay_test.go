@@ -498,7 +498,8 @@ func TestKilledRelayLeavesSentRowThatIsSweptToUnknown(t *testing.T) {
 }
 
 // Graceful stop: SIGTERM while a transfer is in flight lets it finish, be
-// recorded, and be answered; the relay exits 0.
+// recorded, and be answered; the relay exits 0. Started again, it warms the
+// ledger it left and answers the GUID from its row.
 func TestSigtermDuringSlowTransferFinishesItAndExits0(t *testing.T) {
 	t.Parallel()
 	c := startCore(t, "--slow", "1.5")
@@ -526,6 +527,15 @@ func TestSigtermDuringSlowTransferFinishesItAndExits0(t *testing.T) {
 	_, err = idle.Receive()
 	assert.Assert(t, err != nil)
 	r.waitLog(t, "relay stopped cleanly")
+
+	// Started again on the ledger the clean stop left (checkpointed into
+	// the file once the test's own connection closes too), the relay warms
+	// the GUID index's leaf that the row's GUID is on.
+	assert.NilError(t, ldb.Close())
+	r2 := startRelay(t, db, c.url)
+	r2.waitLog(t, "ledger warmed")
+	assert.Assert(t, strings.Contains(r2.log(), "guid_index_leaves=1"), r2.log())
+	assert.Equal(t, code(send(t, r2.addr, tg)), "0000")
 }
 
 // Bad input gets E900 or a closed connection, never a row, and the relay

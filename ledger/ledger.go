@@ -305,9 +305,25 @@ type Options struct {
 	// file is damaged, every later write fails with ErrDamaged. PostgreSQL
 	// ignores it (the server checks its own pages).
 	CheckInBackground func(took time.Duration, err error)
+	// WarmAtOpen, if set, makes the SQLite ledger read into the page
+	// cache, before it opens the file, the leaves of tx's GUID index that
+	// the latest rows' GUIDs fall on (at most 128 MiB, for at most 1 s), so
+	// that a restart with a cold cache (after a reboot) does not read them
+	// one by one inside the write lock while it serves. It is told what
+	// was read; an error means the warming stopped (the file is opened and
+	// checked as always). PostgreSQL ignores it (its buffers are the
+	// server's).
+	WarmAtOpen func(r WarmReport, err error)
 	// Actor names who writes the events of this handle's changes:
 	// "relay@HOST", "resolve@HOST"; Actor(name) makes it.
 	Actor string
+}
+
+// WarmReport is what Options.WarmAtOpen read.
+type WarmReport struct {
+	Pages  int           // pages read: the GUID index's and the table's last rows'
+	Leaves int           // of which leaves of the GUID index
+	Took   time.Duration // from the start of the warming to its end
 }
 
 // Faults lets a test make commits fail, to prove that no caller acts on a

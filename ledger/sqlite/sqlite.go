@@ -187,6 +187,12 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	if err := checkFile(path, opts.Warn); err != nil {
 		return nil, err
 	}
+	// Before sql.Open: warming reads the file through a descriptor of its
+	// own and closes it, which must happen while no connection of this
+	// process holds a lock on the file (warm.go).
+	if opts.WarmAtOpen != nil {
+		opts.WarmAtOpen(warmGUIDIndex(path, warmBudget, time.Now().Add(warmDeadline)))
+	}
 	// secure_delete: a purged request's bytes (accounts, memo) are
 	// overwritten, not left in free pages; set explicitly, as builds
 	// differ in its default.
