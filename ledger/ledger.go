@@ -321,8 +321,8 @@ type Options struct {
 
 // WarmReport is what Options.WarmAtOpen read.
 type WarmReport struct {
-	Pages  int           // pages read: the GUID index's and the table's last rows'
-	Leaves int           // of which leaves of the GUID index
+	Pages  int           // pages read from the file: the table's last rows', the GUID index's
+	Leaves int           // leaves of the GUID index now in the cache: read, or found there
 	Took   time.Duration // from the start of the warming to its end
 }
 

@@ -69,17 +69,25 @@ func guidIndexPages(t *testing.T, path, kind string) map[uint32]bool {
 	return leaves
 }
 
-// pageKeys reads the GUIDs on the given pages of path's GUID index.
-func pageKeys(t *testing.T, path string, pages []uint32) map[string]bool {
+// openFile opens path as warming reads it, allowed limit pages; the caller
+// closes the file.
+func openFile(t *testing.T, path string, limit int) (*dbFile, *os.File) {
 	t.Helper()
 	f, err := os.Open(path)
 	assert.NilError(t, err)
-	defer f.Close()
 	fi, err := f.Stat()
 	assert.NilError(t, err)
 	db, err := readHeader(f, fi.Size())
 	assert.NilError(t, err)
-	db.limit, db.deadline = len(pages)+1, time.Now().Add(time.Minute)
+	db.fd, db.limit, db.deadline = int(f.Fd()), limit, time.Now().Add(time.Minute)
+	return db, f
+}
+
+// pageKeys reads the GUIDs on the given pages of path's GUID index.
+func pageKeys(t *testing.T, path string, pages []uint32) map[string]bool {
+	t.Helper()
+	db, f := openFile(t, path, len(pages)+1)
+	defer f.Close()
 	keys := map[string]bool{}
 	for _, n := range pages {
 		b, err := db.page(n)
@@ -142,13 +150,7 @@ func TestWarmReadsTheLeavesTheLatestGUIDsFallOn(t *testing.T) {
 	evict(t, path)
 	rep, leaves, err = warm(path, warmBudget, time.Now().Add(time.Minute))
 	assert.NilError(t, err)
-	f, err := os.Open(path)
-	assert.NilError(t, err)
-	fi, err := f.Stat()
-	assert.NilError(t, err)
-	db, err := readHeader(f, fi.Size())
-	assert.NilError(t, err)
-	db.fd = int(f.Fd())
+	db, f := openFile(t, path, 0)
 	cached := db.residency(1, db.pages)
 	assert.NilError(t, f.Close())
 	for _, n := range leaves {
@@ -165,15 +167,9 @@ func TestWarmReadsTheLeavesTheLatestGUIDsFallOn(t *testing.T) {
 // added to a CPU's batch, so it asks again until at most 5 % stay.
 func evict(t *testing.T, path string) {
 	t.Helper()
-	f, err := os.Open(path)
-	assert.NilError(t, err)
+	db, f := openFile(t, path, 0)
 	defer f.Close()
 	assert.NilError(t, f.Sync())
-	fi, err := f.Stat()
-	assert.NilError(t, err)
-	db, err := readHeader(f, fi.Size())
-	assert.NilError(t, err)
-	db.fd = int(f.Fd())
 	cached := 0
 	for range 20 {
 		assert.NilError(t, unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED))
@@ -312,14 +308,8 @@ func TestWarmSurvivesAGarbledFile(t *testing.T) {
 	}
 	// A page whose every child is itself: the walk must end.
 	b := bytes.Clone(orig)
-	f, err := os.Open(path)
-	assert.NilError(t, err)
+	db, f := openFile(t, path, 10)
 	defer f.Close()
-	fi, err := f.Stat()
-	assert.NilError(t, err)
-	db, err := readHeader(f, fi.Size())
-	assert.NilError(t, err)
-	db.limit, db.deadline = 10, time.Now().Add(time.Minute)
 	_, guidRoot, err := db.roots()
 	assert.NilError(t, err)
 	p := b[int(guidRoot-1)*db.pageSize:]
