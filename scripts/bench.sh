@@ -52,7 +52,10 @@
 #   most BENCH_PURGE_SECS (default 30) while 16 connections send: its rows
 #   per second, and the load's tx/s, p99 and slowest reply during it
 #   (vs_empty there is against the same ledger's 16-connection point just
-#   before).
+#   before). stall_ms: the machine's worst stall during each point, from
+#   bin/stallmeter (internal/stallmeter: a process that only sleeps 1 ms at
+#   a time, woken that late), so that a slowest reply can be told apart from
+#   a moment when the whole machine stood still.
 #
 # Table 6 (real binaries): the cost of tracing. The same load (SQLite FULL on
 #   the disk) at 16 and 64 connections with tracing off (no OTEL_ variable),
@@ -197,6 +200,24 @@ fi
 # load_point DB CORE RELAY_ARGS... -- CHANNEL_ARGS...: runs one point of
 # channel load against a fresh relay ($relay_bin, default bin/relay) and
 # prints its row's numbers.
+# pg_empty URL: the database without the ledger's schema (its tables and
+# the settle functions that depend on tx's row type), for the next binary
+# to create afresh.
+pg_empty() {
+  PGOPTIONS="-c client_min_messages=warning" psql "$1" -qc "DROP SCHEMA public CASCADE; CREATE SCHEMA public" >/dev/null
+}
+# stall_start, stall_stop: bin/stallmeter beside a measurement; stall_stop
+# sets stall to the machine's worst stall meanwhile, in ms (a process that
+# only sleeps 1 ms at a time woke up that late: a reply that slow was the
+# machine's, not the relay's).
+stall_start() {
+  bin/stallmeter >"$work/stall.txt" &
+  stallpid=$!
+}
+stall_stop() {
+  kill -INT "$stallpid"; wait "$stallpid" || true
+  stall=$(sed -n 's/^stalls: .*max_ms=\([0-9.]*\).*/\1/p' "$work/stall.txt")
+}
 load_point() {
   local db=$1 core=$2; shift 2
   local rargs=() cargs=()
@@ -213,7 +234,9 @@ load_point() {
   fi
   before=$(cpu_ticks "$rpid")
   read -r hb0 ht0 < <(host_ticks)
+  stall_start
   out=$(bin/channel load --relay "$relay" --conns "$c" --duration "$secs" --dup-ratio 0.1 --amount 1 "${cargs[@]}")
+  stall_stop
   after=$(cpu_ticks "$rpid")
   read -r hb1 ht1 < <(host_ticks)
   stop_relay "$rpid"
@@ -267,7 +290,7 @@ for where in $t2; do
       db="$pgurl"
       [[ "$where" == postgres-ha* ]] && db="$haurl"
       [ "$where" = postgres-cd ] && db="$cdurl"
-      PGOPTIONS="-c client_min_messages=warning" psql "$db" -qc "DROP TABLE IF EXISTS tx" >/dev/null
+      pg_empty "$db"
     else
       rm -f "$dir"/relay.db*
       db="$dir/relay.db"
@@ -360,7 +383,7 @@ for c in 1 16 64; do
   for _ in $(seq 1 "$rounds"); do
     for which in before after; do
       if [ "$t4_ledger" = postgres ]; then
-        PGOPTIONS="-c client_min_messages=warning" psql "$pgurl4" -qc "DROP TABLE IF EXISTS tx_event; DROP TABLE IF EXISTS tx" >/dev/null
+        pg_empty "$pgurl4"
         db4=$pgurl4
       else
         rm -f "$work"/relay.db*
@@ -412,7 +435,7 @@ pgurl=$(scripts/pg.sh start "$work/pg5")
 trap 'scripts/pg.sh stop "$work/pg5"; cleanup' EXIT
 # preload_postgres URL ROWS: as preload_sqlite (above), on PostgreSQL.
 preload_postgres() {
-  PGOPTIONS="-c client_min_messages=warning" psql "$1" -qc "DROP TABLE IF EXISTS tx; DROP TABLE IF EXISTS tx_event" >/dev/null
+  pg_empty "$1"
   bin/inspect --db "$1" --summary >/dev/null   # creates the schema, as every binary does
   [ "$2" -gt 0 ] || return 0
   psql "$1" -v rows="$2" -q <<'SQL'
@@ -443,11 +466,13 @@ purge_under_load() {
   lpid=$!
   sleep 1
   before_rows=$(count_rows "$1")
+  stall_start
   p0=$(date +%s.%N)
   # At most purge_secs: on the largest ledgers a whole purge takes minutes.
   timeout -s INT "$purge_secs" "$2" --db "$1" --days 3 >"$work/purge.out" 2>"$work/purge.log" || true
   p1=$(date +%s.%N)
   kill -INT "$lpid"; wait "$lpid" || true
+  stall_stop
   stop_relay "$rpid"
   out=$(cat "$work/purgeload.txt")
   deleted=$((before_rows - $(count_rows "$1")))
@@ -476,7 +501,7 @@ settle_disk() {
   if [[ "$1" == postgres* ]]; then psql "$1" -qc CHECKPOINT; fi
   sync
 }
-printf "%-9s %-9s %-6s %9s %8s %8s %8s %10s %14s\n" "ledger" "rows" "conns" "tx/s" "p50ms" "p99ms" "maxms" "vs_empty" "applied_twice"
+printf "%-9s %-9s %-6s %9s %8s %8s %8s %9s %10s %14s\n" "ledger" "rows" "conns" "tx/s" "p50ms" "p99ms" "maxms" "stall_ms" "vs_empty" "applied_twice"
 for backend in ${BENCH_LEDGERS:-sqlite postgres}; do
   for rows in $scale; do
     if [ "$backend" = sqlite ]; then
@@ -497,7 +522,7 @@ for backend in ${BENCH_LEDGERS:-sqlite postgres}; do
       max=$(sed -n 's/.*max=\([0-9.]*\).*/\1/p' <<<"$out")
       [ "$rows" = "${scale%% *}" ] && empty[$c]=$tps
       ratio=$(awk -v a="$tps" -v b="${empty[$c]}" 'BEGIN { printf "%.2fx", a/(b>0?b:1) }')
-      printf "%-9s %-9s %-6s %9s %8s %8s %8s %10s %14s\n" "$backend" "$rows" "$c" "$tps" "$p50" "$p99" "$max" "$ratio" "$twice"
+      printf "%-9s %-9s %-6s %9s %8s %8s %8s %9s %10s %14s\n" "$backend" "$rows" "$c" "$tps" "$p50" "$p99" "$max" "$stall" "$ratio" "$twice"
       [ "$c" = 16 ] && here16=$tps
     done
     [ "$rows" = "$largest" ] && [ "$rows" -gt 0 ] || continue
@@ -511,7 +536,7 @@ for backend in ${BENCH_LEDGERS:-sqlite postgres}; do
       which=after
       [ "$purge_bin" = bin/purge ] || which="before ($purge_base)"
       ratio=$(awk -v a="$tps" -v b="$here16" 'BEGIN { printf "%.2fx", a/(b>0?b:1) }')
-      printf "%-9s %-9s %-6s %9s %8s %8s %8s %10s %14s   <- during purge --days 3, %s\n" "$backend" "$rows" 16 "$tps" "$p50" "$p99" "$max" "$ratio" "$twice" "$which"
+      printf "%-9s %-9s %-6s %9s %8s %8s %8s %9s %10s %14s   <- during purge --days 3, %s\n" "$backend" "$rows" 16 "$tps" "$p50" "$p99" "$max" "$stall" "$ratio" "$twice" "$which"
       awk -v n="${deleted:-0}" -v a="$p0" -v b="$p1" -v be="$backend" -v w="$which" 'BEGIN { printf "%s: purge (%s) deleted %d rows in %.1f s: %.0f rows/s\n", be, w, n, b-a, n/(b-a) }' >>"$work/purge.txt"
     done
   done
