@@ -530,14 +530,16 @@ func TestSigtermDuringSlowTransferFinishesItAndExits0(t *testing.T) {
 
 	// Started again on the ledger the clean stop left (checkpointed into
 	// the file once the test's own connection closes too), the relay warms
-	// the GUID index's leaf that the row's GUID is on. The warm-up reads a
-	// SQLite file; a PostgreSQL ledger keeps its own buffer cache on its
-	// server, and the relay neither warms it nor says it did.
+	// the GUID index's leaf that the row's GUID is on. A PostgreSQL ledger
+	// keeps its own buffer cache on its server: there the relay opens its
+	// pool's connections before it listens.
 	assert.NilError(t, ldb.Close())
 	r2 := startRelay(t, db, c.url)
 	if onPostgres() {
+		r2.waitLog(t, "ledger warmed")
+		assert.Assert(t, regexp.MustCompile(`ledger warmed.* conns=(1[0-9]|[2-9])`).MatchString(r2.log()), r2.log())
+		assert.Assert(t, !strings.Contains(r2.log(), "guid_index_leaves"), r2.log())
 		assert.Equal(t, code(send(t, r2.addr, tg)), "0000")
-		assert.Assert(t, !strings.Contains(r2.log(), "warmed"), r2.log())
 		return
 	}
 	r2.waitLog(t, "ledger warmed")

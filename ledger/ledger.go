@@ -311,8 +311,10 @@ type Options struct {
 	// that a restart with a cold cache (after a reboot) does not read them
 	// one by one inside the write lock while it serves. It is told what
 	// was read; an error means the warming stopped (the file is opened and
-	// checked as always). PostgreSQL ignores it (its buffers are the
-	// server's).
+	// checked as always). On PostgreSQL it opens the pool's connections
+	// before Open returns (its buffers are the server's and are not
+	// warmed): a relay's first claims would otherwise each wait for a new
+	// server process, all at once, in its first tenth of a second.
 	WarmAtOpen func(r WarmReport, err error)
 	// Actor names who writes the events of this handle's changes:
 	// "relay@HOST", "resolve@HOST"; Actor(name) makes it.
@@ -323,6 +325,7 @@ type Options struct {
 type WarmReport struct {
 	Pages  int           // pages read from the file: the table's last rows', the GUID index's
 	Leaves int           // leaves of the GUID index now in the cache: read, or found there
+	Conns  int           // PostgreSQL: the pool's connections open when it ended
 	Took   time.Duration // from the start of the warming to its end
 }
 

@@ -169,11 +169,15 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	// A restart after a reboot reads, before it opens the ledger, the
 	// GUID index's leaves that today's claims will read (at most 128 MiB,
 	// 1 s), so that its first seconds do not read them one by one inside
-	// the write lock.
+	// the write lock. On PostgreSQL it opens the pool's connections
+	// before it listens.
 	opts.WarmAtOpen = func(r ledger.WarmReport, err error) {
 		args := []any{"db", backend.Describe(f.DB), "pages", r.Pages, "guid_index_leaves", r.Leaves, "took_s", r.Took.Seconds()}
+		if backend.IsPostgresURL(f.DB) {
+			args = []any{"db", backend.Describe(f.DB), "conns", r.Conns, "took_s", r.Took.Seconds()}
+		}
 		if err != nil {
-			log.Info("ledger not warmed: its first claims after a cold start read their GUID index pages from disk; nothing else changes", append(args, "reason", err)...)
+			log.Info("ledger not warmed: its first claims after a start wait for what was not read or opened; nothing else changes", append(args, "reason", err)...)
 			return
 		}
 		log.Info("ledger warmed", args...)

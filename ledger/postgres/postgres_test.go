@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -388,4 +389,68 @@ func TestGatherTakesWhatWaitsUpToTheBatchLimit(t *testing.T) {
 	close(quit)
 	_, open = gather(ch, quit, batch, 3)
 	assert.Assert(t, !open, "gather went on after quit was closed")
+}
+
+// backendsOf counts the server processes of db's database that a dedup
+// pool opened (application_name dedup), seen from another session.
+func backendsOf(t *testing.T, db string) int64 {
+	t.Helper()
+	var n int64
+	assert.NilError(t, connect(t, db).QueryRow(ctx,
+		"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'dedup'").Scan(&n))
+	return n
+}
+
+// A relay's Open with WarmAtOpen has every connection of its pool open
+// before it returns (so that its first claims do not each wait for a new
+// server process); without it, Open leaves only the one it used.
+func TestWarmAtOpenOpensThePoolsConnectionsBeforeOpenReturns(t *testing.T) {
+	db := pgtest.SharedDatabase(t)
+	cold, err := Open(db, ledger.Options{Conns: 6})
+	assert.NilError(t, err)
+	assert.Equal(t, cold.pool.Stat().TotalConns(), int32(1))
+	assert.NilError(t, cold.Close())
+
+	var rep ledger.WarmReport
+	var warmErr error
+	calls := 0
+	l, err := Open(db, ledger.Options{Conns: 6, WarmAtOpen: func(r ledger.WarmReport, err error) { rep, warmErr, calls = r, err, calls+1 }})
+	assert.NilError(t, err)
+	defer l.Close()
+	assert.Equal(t, calls, 1)
+	assert.NilError(t, warmErr)
+	assert.Equal(t, rep.Conns, 6)
+	assert.Equal(t, rep.Pages+rep.Leaves, 0)
+	assert.Equal(t, l.pool.Stat().TotalConns(), int32(6))
+	// The server has them too (at least: the cold pool's one may not have
+	// exited yet).
+	assert.Assert(t, backendsOf(t, db) >= 6)
+}
+
+// A server that refuses some of the connections (a role's CONNECTION
+// LIMIT) ends the warming with an error that says so; the ledger opens and
+// writes all the same with the connections it has.
+func TestWarmAtOpenThatCannotOpenEveryConnectionStillOpensTheLedger(t *testing.T) {
+	db := pgtest.SharedDatabase(t)
+	owner, err := Open(db, ledger.Options{})
+	assert.NilError(t, err) // the schema, applied by its owner
+	assert.NilError(t, owner.Close())
+	role := fmt.Sprintf("warm_limit_%d", time.Now().UnixNano())
+	pgtest.Exec(t, db, "CREATE ROLE "+role+" LOGIN CONNECTION LIMIT 3")
+	pgtest.Exec(t, db, "GRANT SELECT, INSERT, UPDATE, DELETE ON tx, tx_event TO "+role)
+	pgtest.Exec(t, db, "GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "+role)
+	u, err := url.Parse(db)
+	assert.NilError(t, err)
+	u.User = url.User(role)
+
+	var warmErr error
+	var rep ledger.WarmReport
+	l, err := Open(u.String(), ledger.Options{Conns: 6, WarmAtOpen: func(r ledger.WarmReport, err error) { rep, warmErr = r, err }})
+	assert.NilError(t, err)
+	defer l.Close()
+	assert.ErrorContains(t, warmErr, "open connection")
+	assert.Equal(t, rep.Conns, 3)
+	won, err := l.Claim(ctx, "20261205WRM000000000000000000001", "TRF00001", []byte("r"))
+	assert.NilError(t, err)
+	assert.Assert(t, won)
 }
