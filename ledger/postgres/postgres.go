@@ -178,6 +178,13 @@ func (l *Ledger) warmPool(ctx context.Context) (ledger.WarmReport, error) {
 			first = fmt.Errorf("open connection %d of %d: %w", i+1, n, errs[i])
 		}
 	}
+	// Release hands a connection back through the pool's AfterRelease
+	// (keepAfterRelease) in a goroutine of its own: wait until every one
+	// is idle, or the first claims would find none and open more (past a
+	// role's CONNECTION LIMIT, a claim refused for want of a connection).
+	for l.pool.Stat().AcquiredConns() > 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
 	return ledger.WarmReport{Conns: int(l.pool.Stat().TotalConns()), Took: time.Since(start)}, first
 }
 

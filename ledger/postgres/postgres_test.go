@@ -422,6 +422,7 @@ func TestWarmAtOpenOpensThePoolsConnectionsBeforeOpenReturns(t *testing.T) {
 	assert.Equal(t, rep.Conns, 6)
 	assert.Equal(t, rep.Pages+rep.Leaves, 0)
 	assert.Equal(t, l.pool.Stat().TotalConns(), int32(6))
+	assert.Equal(t, l.pool.Stat().IdleConns(), int32(6))
 	// The server has them too (at least: the cold pool's one may not have
 	// exited yet).
 	assert.Assert(t, backendsOf(t, db) >= 6)
@@ -450,6 +451,7 @@ func TestWarmAtOpenThatCannotOpenEveryConnectionStillOpensTheLedger(t *testing.T
 	defer l.Close()
 	assert.ErrorContains(t, warmErr, "open connection")
 	assert.Equal(t, rep.Conns, 3)
+	assert.Equal(t, l.pool.Stat().IdleConns(), int32(3))
 	won, err := l.Claim(ctx, "20261205WRM000000000000000000001", "TRF00001", []byte("r"))
 	assert.NilError(t, err)
 	assert.Assert(t, won)
