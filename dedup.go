@@ -5,11 +5,17 @@
 // The relay stands between a bank's channels and its non-idempotent core
 // banking system and makes sure that a transfer retransmitted with the same
 // GUID reaches the core at most once, unless the relay knows for certain that
-// the earlier send never arrived. Subpackages implement the pieces: lhstd (the
-// telegram), ledger (the state ledger's contract, with ledger/sqlite and
-// ledger/postgres behind it), coreapi (the core's HTTP API), holder (one
-// send under a claim), internal/relay (the relay), batch (resolve,
-// reprocess, purge).
+// the earlier send never arrived.
+//
+// The repository's top holds what users run (one folder per binary, each a
+// thin main), this domain package, lhstd (the telegram) and ledger (the
+// state ledger's contract, with ledger/sqlite and ledger/postgres behind
+// it and one conformance suite, ledger/ledgertest). Everything else is
+// machinery under internal/: a binary's logic is in the internal package
+// of its name (relay/ runs internal/relay, settle/ runs internal/settle),
+// and the test and benchmark tools are apart, under internal/testbed and
+// internal/bench. docs/architecture.md draws the rooms and one transfer's
+// path through them.
 package dedup
 
 import _ "embed"

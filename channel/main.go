@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"dedup"
-	"dedup/certs"
-	"dedup/cli"
+	"dedup/internal/certs"
 	"dedup/internal/channel"
+	"dedup/internal/cli"
 	"dedup/lhstd"
 )
 

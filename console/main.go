@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"dedup/cli"
+	"dedup/internal/cli"
 	"dedup/internal/console"
 )
 

@@ -14,7 +14,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/icmd"
 
-	"dedup/internal/testpki"
+	"dedup/internal/testbed/testpki"
 )
 
 // The console binary end to end, on either ledger: it needs only --db,

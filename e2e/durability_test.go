@@ -13,7 +13,7 @@ import (
 
 	"dedup"
 	"dedup/internal/channel"
-	"dedup/internal/pgtest"
+	"dedup/internal/testbed/pgtest"
 )
 
 // A PostgreSQL server that does not fsync (or does not write full pages)

@@ -32,9 +32,9 @@ import (
 	"gotest.tools/v3/assert"
 
 	"dedup/internal/channel"
-	"dedup/internal/hatest"
-	"dedup/internal/lazyfs"
-	"dedup/internal/pgtest"
+	"dedup/internal/testbed/hatest"
+	"dedup/internal/testbed/lazyfs"
+	"dedup/internal/testbed/pgtest"
 	"dedup/ledger"
 	"dedup/lhstd"
 )

@@ -19,7 +19,7 @@ import (
 // are answered E902 and sent to no core; retransmissions of DONE rows are
 // still answered from the ledger; the relay keeps running, says so once
 // (not per request), and serves normally again as soon as space is freed.
-// After resolve and reprocess every transfer is settled, none applied twice,
+// After resolve and reprocess every transfer is resolved, none applied twice,
 // every 0000 true.
 func TestFullDiskLosesNothing(t *testing.T) {
 	if ledgerKind != "sqlite" {

@@ -12,7 +12,7 @@ import (
 	"gotest.tools/v3/icmd"
 	"gotest.tools/v3/poll"
 
-	"dedup/internal/hatest"
+	"dedup/internal/testbed/hatest"
 )
 
 // startHA starts etcd and three Patroni-managed PostgreSQL nodes for this

@@ -30,7 +30,7 @@ import (
 
 	"dedup"
 	"dedup/internal/channel"
-	"dedup/internal/pgtest"
+	"dedup/internal/testbed/pgtest"
 	"dedup/ledger/backend"
 	"dedup/lhstd"
 )

@@ -88,7 +88,7 @@ func layResolveFixture(t *testing.T, db *ledgerDB) resolveFixture {
 	return f
 }
 
-// Rule 5: resolve settles only old UNKNOWN rows, only by inquiry, and only
+// Rule 5: resolve resolves only old UNKNOWN rows, only by inquiry, and only
 // on proof; it never sends a transfer.
 func TestResolveSettlesOldUnknownRowsByInquiryOnly(t *testing.T) {
 	t.Parallel()

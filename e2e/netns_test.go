@@ -20,8 +20,8 @@ import (
 	"gotest.tools/v3/poll"
 
 	"dedup/internal/channel"
-	"dedup/internal/pgtest"
-	"dedup/internal/testpki"
+	"dedup/internal/testbed/pgtest"
+	"dedup/internal/testbed/testpki"
 	"dedup/lhstd"
 )
 
@@ -106,7 +106,7 @@ func (n *netns) cmd(name string, args ...string) []string {
 // driven at once with storms of the same GUIDs (each GUID sent to both,
 // concurrently) while fresh transfers keep flowing; then one relay is
 // killed with SIGKILL mid-load while the other keeps serving. The
-// survivor's sweep hands the dead relay's claims to resolve, which settles
+// survivor's sweep hands the dead relay's claims to resolve, which resolves
 // them by inquiry, and reprocess sends what surely never arrived.
 func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 	if os.Geteuid() != 0 {

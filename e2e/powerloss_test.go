@@ -4,7 +4,7 @@ package e2e
 
 // The power cut (scripts/faults.sh --power-loss): the ledger (the SQLite
 // file, or the PostgreSQL data directory) on a file system that loses every
-// write not fsynced (internal/lazyfs); at seeded moments under load every
+// write not fsynced (internal/testbed/lazyfs); at seeded moments under load every
 // relay, job and operator is killed, the database crashes, the unsynced
 // writes are dropped, the files are checked (PRAGMA integrity_check,
 // amcheck), and everything starts again on the same files.
@@ -25,8 +25,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"dedup/internal/lazyfs"
-	"dedup/internal/pgtest"
+	"dedup/internal/testbed/lazyfs"
+	"dedup/internal/testbed/pgtest"
 )
 
 var (

@@ -17,7 +17,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/icmd"
 
-	"dedup/internal/pgtest"
+	"dedup/internal/testbed/pgtest"
 	"dedup/lhstd"
 )
 
@@ -175,7 +175,7 @@ func uidOf(t *testing.T, name string) string {
 }
 
 // An approval after the row changed (a retransmission reclaimed it,
-// resolve settled it) is refused and changes nothing; so is one of a
+// resolve resolved it) is refused and changes nothing; so is one of a
 // proposal older than 24 h, which is expired on the record.
 func TestSettleApprovalIsFencedAndExpires(t *testing.T) {
 	t.Parallel()

@@ -16,7 +16,7 @@ import (
 	"gotest.tools/v3/icmd"
 
 	"dedup/internal/channel"
-	"dedup/internal/pgtest"
+	"dedup/internal/testbed/pgtest"
 )
 
 // Rule 14: while the ledger cannot be written (another process holds the
@@ -150,7 +150,7 @@ func TestPurgeBesideAReaderStallsNoClaim(t *testing.T) {
 // docs/ledger.md "Clocks": a PostgreSQL server whose clock runs 600 s
 // ahead of the hosts' (libfaketime in the server only), as after a
 // failover to a node with a fast clock. Rows were written with true
-// timestamps. resolve settles nothing and exits 1, purge deletes nothing
+// timestamps. resolve resolves nothing and exits 1, purge deletes nothing
 // and exits 1, each naming both clocks; the relay sweeps nothing, keeps
 // serving new transfers and exports the difference.
 func TestFastLedgerClockDecidesNothingByAge(t *testing.T) {

@@ -15,10 +15,10 @@ import (
 	"gotest.tools/v3/icmd"
 	"gotest.tools/v3/poll"
 
-	"dedup/certs"
+	"dedup/internal/certs"
 	"dedup/internal/channel"
-	"dedup/internal/pgtest"
-	"dedup/internal/testpki"
+	"dedup/internal/testbed/pgtest"
+	"dedup/internal/testbed/testpki"
 )
 
 // testPKI is a test's own certificate authority and the certificates the

@@ -18,7 +18,7 @@ import (
 	"gotest.tools/v3/icmd"
 
 	"dedup"
-	"dedup/internal/otlptest"
+	"dedup/internal/testbed/otlptest"
 )
 
 // The test's customer data: none of it may appear in an exported byte.
@@ -97,7 +97,7 @@ func TestTracedTransferEndToEnd(t *testing.T) {
 	again := send(t, r.addr, tg)
 	assert.Equal(t, code(again), dedup.CodeOK)
 
-	// A transfer the core drops (UNKNOWN), settled by resolve (FAILED),
+	// A transfer the core drops (UNKNOWN), resolved by resolve (FAILED),
 	// then retransmitted: reclaimed and sent again, with its events.
 	gd := newGUID()
 	tgd := telegram(t, gd, accounts(tracedFrom, tracedTo), memo(droppedMemo))

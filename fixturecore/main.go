@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"dedup/certs"
-	"dedup/cli"
+	"dedup/internal/certs"
+	"dedup/internal/cli"
 	"dedup/internal/fixturecore"
 )
 

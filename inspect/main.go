@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"dedup/batch"
-	"dedup/cli"
-	"dedup/command"
-	"dedup/inspection"
+	"dedup/internal/cli"
+	"dedup/internal/connect"
+	"dedup/internal/inspect"
+	"dedup/internal/job"
 	"dedup/ledger"
 	"dedup/ledger/backend"
 	"dedup/lhstd"
@@ -25,7 +25,7 @@ import (
 const ExitNotFound = 3
 
 type flags struct {
-	command.LedgerFlags
+	connect.LedgerFlags
 	GUIDs     []string    `arg:"" optional:"" name:"guid" help:"GUIDs to show, one block each."`
 	State     string      `name:"state" placeholder:"STATE" help:"List rows in this state (RECEIVED, SENT, DONE, UNKNOWN, FAILED)."`
 	OlderThan cli.Seconds `name:"older-than" default:"0" help:"With --state: only rows not updated for this many seconds."`
@@ -36,7 +36,7 @@ type flags struct {
 	Until     string      `name:"until" placeholder:"TIME" help:"With --events: up to this time, excluded (default: now)."`
 	Format    string      `name:"format" enum:"text,json,csv" default:"text" help:"text, json (one object per line), or csv (--events only)."`
 	Check     bool        `name:"check" help:"Check the whole ledger file's structure (SQLite PRAGMA quick_check: reads every page; run daily by dedup-check.timer). Exit 1 if damaged."`
-	command.JobFlags
+	job.JobFlags
 	cli.Logging
 }
 
@@ -48,7 +48,7 @@ func (f *flags) Validate() error {
 	}
 	if f.State != "" {
 		n++
-		if _, err := inspection.ParseState(f.State); err != nil {
+		if _, err := inspect.ParseState(f.State); err != nil {
 			return fmt.Errorf("--state: %v", err)
 		}
 	}
@@ -134,11 +134,11 @@ func run(f *flags) int {
 	}
 	// write prints rows; an output that cannot be written (a closed pipe,
 	// a full disk) is a runtime error, never a silent half answer.
-	write := func(rows []inspection.Row) error {
+	write := func(rows []inspect.Row) error {
 		if f.Format == "json" {
-			return inspection.WriteJSON(os.Stdout, rows)
+			return inspect.WriteJSON(os.Stdout, rows)
 		}
-		return inspection.WriteText(os.Stdout, rows)
+		return inspect.WriteText(os.Stdout, rows)
 	}
 	failWrite := func(err error) int {
 		fmt.Fprintf(os.Stderr, "inspect: error: writing the output: %v\n", err)
@@ -155,15 +155,15 @@ func run(f *flags) int {
 		if err != nil {
 			return fail(err)
 		}
-		out := inspection.Events(evs)
+		out := inspect.Events(evs)
 		var werr error
 		switch f.Format {
 		case "json":
-			werr = inspection.WriteEventsJSON(os.Stdout, out)
+			werr = inspect.WriteEventsJSON(os.Stdout, out)
 		case "csv":
-			werr = inspection.WriteEventsCSV(os.Stdout, out)
+			werr = inspect.WriteEventsCSV(os.Stdout, out)
 		default:
-			werr = inspection.WriteEventsText(os.Stdout, out)
+			werr = inspect.WriteEventsText(os.Stdout, out)
 		}
 		if werr != nil {
 			return failWrite(werr)
@@ -173,25 +173,25 @@ func run(f *flags) int {
 		if err != nil {
 			return fail(err)
 		}
-		sums := inspection.Summaries(stats)
+		sums := inspect.Summaries(stats)
 		var werr error
 		if f.Format == "json" {
-			werr = inspection.WriteSummaryJSON(os.Stdout, sums)
+			werr = inspect.WriteSummaryJSON(os.Stdout, sums)
 		} else {
-			werr = inspection.WriteSummaryText(os.Stdout, sums)
+			werr = inspect.WriteSummaryText(os.Stdout, sums)
 		}
 		if werr != nil {
 			return failWrite(werr)
 		}
 	case f.State != "":
-		st, _ := inspection.ParseState(f.State)
+		st, _ := inspect.ParseState(f.State)
 		rows, err := l.SelectState(ctx, st, f.OlderThan.D(), int(f.Limit))
 		if err != nil {
 			return fail(err)
 		}
-		out := make([]inspection.Row, 0, len(rows))
+		out := make([]inspect.Row, 0, len(rows))
 		for _, r := range rows {
-			out = append(out, inspection.Decode(r))
+			out = append(out, inspect.Decode(r))
 		}
 		if err := write(out); err != nil {
 			return failWrite(err)
@@ -205,7 +205,7 @@ func run(f *flags) int {
 		}
 	default:
 		status := cli.ExitOK
-		var out []inspection.Row
+		var out []inspect.Row
 		for _, g := range f.GUIDs {
 			r, err := l.Get(ctx, g)
 			if err != nil {
@@ -220,12 +220,12 @@ func run(f *flags) int {
 				status = ExitNotFound
 				if len(evs) > 0 && f.Format == "text" {
 					// A purged row's events stay: its story goes on.
-					inspection.WriteEventsText(os.Stdout, inspection.Events(evs))
+					inspect.WriteEventsText(os.Stdout, inspect.Events(evs))
 				}
 				continue
 			}
-			row := inspection.Decode(*r)
-			row.Events = inspection.Events(evs)
+			row := inspect.Decode(*r)
+			row.Events = inspect.Events(evs)
 			out = append(out, row)
 		}
 		if err := write(out); err != nil {
@@ -251,24 +251,24 @@ func check(f *flags) int {
 			return cli.ExitRuntime
 		}
 	}
-	return command.RunJob("check", f.LedgerFlags, f.JobFlags, log, nil,
-		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
+	return job.RunJob("check", f.LedgerFlags, f.JobFlags, log, nil,
+		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (job.Summary, error) {
 			c, ok := l.(ledger.Checker)
 			if !ok {
 				log.Info("check: a PostgreSQL ledger: the server checks its own pages (run it with data checksums; amcheck checks its indexes); nothing to do here")
-				return batch.CheckSummary{OK: 1}, nil
+				return inspect.CheckSummary{OK: 1}, nil
 			}
 			ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 			defer cancel()
 			start := time.Now()
 			if err := c.Check(ctx); err != nil {
 				if ctx.Err() != nil {
-					return batch.CheckSummary{}, err
+					return inspect.CheckSummary{}, err
 				}
 				log.Error("check: the ledger file is damaged: stop the relay and restore it from a backup (docs: the runbook)", "error", err)
-				return batch.CheckSummary{Damaged: 1}, err
+				return inspect.CheckSummary{Damaged: 1}, err
 			}
 			log.Info("check: the ledger file is sound", "took_s", time.Since(start).Seconds())
-			return batch.CheckSummary{OK: 1}, nil
+			return inspect.CheckSummary{OK: 1}, nil
 		})
 }

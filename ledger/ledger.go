@@ -52,7 +52,7 @@ type Row struct {
 	Response []byte // nil if NULL
 	Attempts int
 	// UpdatedAt is updated_at as the database keeps it, in UTC: SQLite's
-	// "YYYY-MM-DD HH:MM:SS", PostgreSQL's with microseconds. Settle fences
+	// "YYYY-MM-DD HH:MM:SS", PostgreSQL's with microseconds. Resolve fences
 	// on it verbatim.
 	UpdatedAt string
 	// Age is how long ago updated_at was, on the database's clock (never
@@ -150,7 +150,7 @@ type StateStat struct {
 //
 // Writes that report an error did not happen as far as the caller may
 // assume: a claim that returns an error must not be sent (even if the
-// database did commit it, the row is then settled by the sweep and resolve,
+// database did commit it, the row is then resolved by the sweep and resolve,
 // never sent twice). A fenced write that matches no row returns false and
 // no error.
 type Ledger interface {
@@ -167,9 +167,9 @@ type Ledger interface {
 	Reclaim(ctx context.Context, guid string, request []byte, maxAttempts int) (attempt int, stored []byte, claimed bool, err error)
 	// Finish records the outcome of the holder's claim, fenced on attempt.
 	Finish(ctx context.Context, guid string, attempt int, o Outcome) (recorded bool, err error)
-	// Settle records resolve's verdict on an UNKNOWN row, fenced on the
+	// Resolve records resolve's verdict on an UNKNOWN row, fenced on the
 	// state, attempts and updated_at that were selected.
-	Settle(ctx context.Context, selected Row, o Outcome) (recorded bool, err error)
+	Resolve(ctx context.Context, selected Row, o Outcome) (recorded bool, err error)
 	// SweepOrphans moves SENT/RECEIVED rows not updated for longer than
 	// after to UNKNOWN/E901 and returns how many it moved.
 	SweepOrphans(ctx context.Context, after time.Duration) (int64, error)

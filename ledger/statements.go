@@ -58,7 +58,7 @@ e AS (INSERT INTO tx_event(guid, actor, action, from_state, to_state, rsp_code, 
 SELECT guid, $6, 'outcome', 'SENT', $1, $2, attempts, $7 FROM f)
 SELECT count(*) FROM f`,
 	},
-	// Rule 6, resolve settles an UNKNOWN row by inquiry, fenced on the row
+	// Rule 6, resolve resolves an UNKNOWN row by inquiry, fenced on the row
 	// exactly as read (updated_at to the microsecond on PostgreSQL).
 	Resolve: Statement{
 		SQLite: `UPDATE tx SET state=?, rsp_code=?, response=?, updated_at=datetime('now')

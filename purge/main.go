@@ -8,19 +8,20 @@ import (
 	"log/slog"
 	"os"
 
-	"dedup/batch"
-	"dedup/cli"
-	"dedup/command"
+	"dedup/internal/cli"
+	"dedup/internal/connect"
+	"dedup/internal/job"
+	"dedup/internal/purge"
 	"dedup/ledger"
 )
 
 type flags struct {
-	command.LedgerFlags
+	connect.LedgerFlags
 	Days      cli.Whole `name:"days" default:"7" help:"Delete DONE rows not updated for this many days; must exceed the longest channel retransmission window."`
 	DryRun    bool      `name:"dry-run" help:"Delete nothing; report how many rows a real run would delete."`
 	EventDays cli.Whole `name:"event-days" default:"1830" help:"Delete events (tx_event) older than this many days (five years by default); at least 1."`
-	command.ClockFlags
-	command.JobFlags
+	connect.ClockFlags
+	job.JobFlags
 	cli.Logging
 }
 
@@ -32,7 +33,7 @@ func (f *flags) Validate() error {
 
 func main() {
 	var f flags
-	log := command.StartJob("purge", "Delete DONE rows older than --days days; keep every other state.", &f)
+	log := job.StartJob("purge", "Delete DONE rows older than --days days; keep every other state.", &f)
 	if f.Days == 0 {
 		log.Warn("purge --days 0 forgets every finished transaction: a retransmission of one would be sent to the core again")
 	}
@@ -43,9 +44,9 @@ func main() {
 			fmt.Fprintf(os.Stderr, "\rpurge: deleted %d of %d", deleted, total)
 		}
 	}
-	os.Exit(command.RunJob("purge", f.LedgerFlags, f.JobFlags, log, []any{"days", int(f.Days), "dry_run", f.DryRun},
-		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
-			sum, err := batch.Purge(ctx, l, int(f.Days), int(f.EventDays), f.MaxClockSkew.D(), f.DryRun, progress, log)
+	os.Exit(job.RunJob("purge", f.LedgerFlags, f.JobFlags, log, []any{"days", int(f.Days), "dry_run", f.DryRun},
+		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (job.Summary, error) {
+			sum, err := purge.Run(ctx, l, int(f.Days), int(f.EventDays), f.MaxClockSkew.D(), f.DryRun, progress, log)
 			if progress != nil && !f.DryRun {
 				fmt.Fprintln(os.Stderr)
 			}

@@ -8,20 +8,22 @@ import (
 	"log/slog"
 	"os"
 
-	"dedup/batch"
-	"dedup/cli"
-	"dedup/command"
-	"dedup/holder"
+	"dedup/internal/cli"
+	"dedup/internal/connect"
+	"dedup/internal/coreapi"
+	"dedup/internal/job"
+	"dedup/internal/reprocess"
+	"dedup/internal/send"
 	"dedup/ledger"
 	"dedup/ledger/backend"
 )
 
 type flags struct {
-	command.LedgerFlags
+	connect.LedgerFlags
 	MaxAttempts cli.Whole `name:"max-attempts" default:"3" help:"Attempts in all (the relay's own included) after which a row is left for an operator."`
 	DryRun      bool      `name:"dry-run" help:"Change nothing; report which rows a real run would send."`
-	command.CoreFlags
-	command.JobFlags
+	coreapi.Flags
+	job.JobFlags
 	cli.Logging
 }
 
@@ -32,12 +34,12 @@ func (f *flags) Validate() error {
 
 func main() {
 	var f flags
-	log := command.StartJob("reprocess", "Resend FAILED/E902 rows (surely not sent) with their own GUID and stored request.", &f)
+	log := job.StartJob("reprocess", "Resend FAILED/E902 rows (surely not sent) with their own GUID and stored request.", &f)
 	core := f.MustCoreClient("reprocess")
-	os.Exit(command.RunJob("reprocess", f.LedgerFlags, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "max_attempts", int(f.MaxAttempts), "dry_run", f.DryRun},
-		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
-			sender := &holder.Sender{Ledger: l, Core: core, Lease: ledger.Bounds{ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()}.Lease(), Confirm: backend.Shared(f.DB)}
-			sum, err := batch.Reprocess(ctx, l, sender, int(f.MaxAttempts), f.DryRun, log)
+	os.Exit(job.RunJob("reprocess", f.LedgerFlags, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "max_attempts", int(f.MaxAttempts), "dry_run", f.DryRun},
+		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (job.Summary, error) {
+			sender := &send.Sender{Ledger: l, Core: core, Lease: ledger.Bounds{ConnectTimeout: f.ConnectTimeout.D(), Timeout: f.Timeout.D()}.Lease(), Confirm: backend.Shared(f.DB)}
+			sum, err := reprocess.Run(ctx, l, sender, int(f.MaxAttempts), f.DryRun, log)
 			if sum.Exhausted > 0 {
 				log.Warn("reprocess: rows at the attempt limit need an operator", "exhausted", sum.Exhausted)
 			}

@@ -1,4 +1,4 @@
-// Command resolve settles UNKNOWN ledger rows by asking the core whether it
+// Command resolve resolves UNKNOWN ledger rows by asking the core whether it
 // applied them (GET /v1/transfers/{guid}). It never sends a transfer.
 package main
 
@@ -7,27 +7,29 @@ import (
 	"log/slog"
 	"os"
 
-	"dedup/batch"
-	"dedup/cli"
-	"dedup/command"
+	"dedup/internal/cli"
+	"dedup/internal/connect"
+	"dedup/internal/coreapi"
+	"dedup/internal/job"
+	"dedup/internal/resolve"
 	"dedup/ledger"
 )
 
 type flags struct {
-	command.LedgerFlags
+	connect.LedgerFlags
 	MinAge cli.Seconds `name:"min-age" default:"300" help:"Only UNKNOWN rows at least this many seconds old (longer than the core's longest processing time)."`
-	command.CoreFlags
-	command.ClockFlags
-	command.JobFlags
+	coreapi.Flags
+	connect.ClockFlags
+	job.JobFlags
 	cli.Logging
 }
 
 func main() {
 	var f flags
-	log := command.StartJob("resolve", "Settle UNKNOWN rows by inquiry: 200 -> DONE, 404 NOT_FOUND -> FAILED, anything else -> left as is.", &f)
+	log := job.StartJob("resolve", "Resolve UNKNOWN rows by inquiry: 200 -> DONE, 404 NOT_FOUND -> FAILED, anything else -> left as is.", &f)
 	core := f.MustCoreClient("resolve")
-	os.Exit(command.RunJob("resolve", f.LedgerFlags, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "min_age_s", f.MinAge.D().Seconds()},
-		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (batch.Summary, error) {
-			return batch.Resolve(ctx, l, core, f.MinAge.D(), f.MaxClockSkew.D(), log)
+	os.Exit(job.RunJob("resolve", f.LedgerFlags, f.JobFlags, log, []any{"core", f.Core, "core_roots", f.CoreRoots(), "min_age_s", f.MinAge.D().Seconds()},
+		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (job.Summary, error) {
+			return resolve.Run(ctx, l, core, f.MinAge.D(), f.MaxClockSkew.D(), log)
 		}))
 }

@@ -53,13 +53,13 @@
 #   per second, and the load's tx/s, p99 and slowest reply during it
 #   (vs_empty there is against the same ledger's 16-connection point just
 #   before). stall_ms: the machine's worst stall during each point, from
-#   bin/stallmeter (internal/stallmeter: a process that only sleeps 1 ms at
+#   bin/stallmeter (internal/bench/stallmeter: a process that only sleeps 1 ms at
 #   a time, woken that late), so that a slowest reply can be told apart from
 #   a moment when the whole machine stood still.
 #
 # Table 6 (real binaries): the cost of tracing. The same load (SQLite FULL on
 #   the disk) at 16 and 64 connections with tracing off (no OTEL_ variable),
-#   on to a live OTLP/HTTP endpoint (internal/otlptest/otlpsink --discard:
+#   on to a live OTLP/HTTP endpoint (internal/testbed/otlptest/otlpsink --discard:
 #   it reads and answers every export, decoding nothing, as a collector on
 #   another host costs this one nothing), the same with 10 % of the
 #   transfers sampled (OTEL_TRACES_SAMPLER=traceidratio, 0.1), on to an
@@ -84,7 +84,7 @@
 #   (echo 3 > /proc/sys/vm/drop_caches: root only).
 #
 # Table 8 (real binaries): the alternative a team would build. The relay
-#   with its ledger replaced by Redis (internal/redisrelay: SET key NX for
+#   with its ledger replaced by Redis (internal/bench/redisrelay: SET key NX for
 #   the claim, the reply telegram stored for retransmissions; Debian's
 #   redis-server with appendonly yes, appendfsync always, no snapshots, on
 #   the same disk; a benchmark tool, never packaged) beside dedup on SQLite
@@ -263,7 +263,7 @@ trap 'pgstop; cleanup' EXIT
 t2=${BENCH_T2:-disk tmpfs postgres postgres-nc postgres-ha postgres-ha-nc}
 if [[ " $t2 " == *" postgres-ha"* ]]; then
   # The HA cluster (its data in /tmp, on the same disk as /tmp here).
-  go build -o "$work/hacluster" ./internal/hatest/hacluster
+  go build -o "$work/hacluster" ./internal/testbed/hatest/hacluster
   "$work/hacluster" >"$work/ha.out" 2>"$work/ha.log" &
   hapid=$!
   pids+=($hapid)

@@ -100,7 +100,7 @@ if [ "$kind" = postgres ]; then
   echo "throwaway PostgreSQL cluster: $db"
 elif [ "$kind" = ha ]; then
   say "start etcd and three Patroni-managed PostgreSQL nodes (synchronous mode strict; about 20 s)"
-  go build -o "$work/hacluster" ./internal/hatest/hacluster
+  go build -o "$work/hacluster" ./internal/testbed/hatest/hacluster
   "$work/hacluster" >"$work/ha.out" 2>"$work/ha.log" &
   pids+=($!)
   for _ in $(seq 1 1200); do grep -q '^node name=node3' "$work/ha.out" && break; sleep 0.1; done

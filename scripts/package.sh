@@ -31,7 +31,7 @@ date=$(date -R -d "@$(git log -1 --format=%ct)")
 # build DIR PACKAGES...: the binaries, PIE, stripped, revision and version stamped.
 build() {
   local dir=$1; shift
-  go build -buildvcs=true -trimpath -buildmode=pie -ldflags "-s -w -X dedup/cli.Version=$version" -o "$dir/" "$@"
+  go build -buildvcs=true -trimpath -buildmode=pie -ldflags "-s -w -X dedup/internal/cli.Version=$version" -o "$dir/" "$@"
 }
 
 # manpage BIN SECTION DIR: a man page made of the binary's --help text.

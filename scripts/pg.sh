@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL cluster for the demo and the benchmarks (the tests
-# start theirs from Go, internal/pgtest, the same way):
+# start theirs from Go, internal/testbed/pgtest, the same way):
 #
 #   scripts/pg.sh start DIR    initdb in DIR, start on a free loopback port
 #                              with fsync on; prints the ledger URL

@@ -16,13 +16,13 @@ import (
 	"strings"
 	"time"
 
-	"dedup/cli"
-	"dedup/command"
+	"dedup/internal/cli"
+	"dedup/internal/connect"
+	"dedup/internal/metrics"
+	"dedup/internal/settle"
 	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/ledger/backend"
-	"dedup/metrics"
-	"dedup/settlement"
 )
 
 type proposeCmd struct {
@@ -47,7 +47,7 @@ type rejectCmd struct {
 }
 
 type flags struct {
-	command.LedgerFlags
+	connect.LedgerFlags
 	MetricsTextfile string     `name:"metrics-textfile" placeholder:"PATH" help:"At exit, write node_exporter textfile metrics to PATH (atomically); its name must end in .prom."`
 	Propose         proposeCmd `cmd:"" help:"Propose a decision about one GUID (changes nothing but the record)."`
 	List            listCmd    `cmd:"" help:"List the open proposals."`
@@ -58,16 +58,16 @@ type flags struct {
 
 var balanceRE = regexp.MustCompile(`^[0-9]+$`)
 
-// proposal is the propose command's flags as a settlement.Proposal.
-func (p *proposeCmd) proposal() (settlement.Proposal, error) {
-	out := settlement.Proposal{GUID: p.GUID, As: p.As, Reason: p.Reason, CoreRef: p.CoreRef, ProcessedAt: p.ProcessedAt}
+// proposal is the propose command's flags as a settle.Proposal.
+func (p *proposeCmd) proposal() (settle.Proposal, error) {
+	out := settle.Proposal{GUID: p.GUID, As: p.As, Reason: p.Reason, CoreRef: p.CoreRef, ProcessedAt: p.ProcessedAt}
 	if p.Balance != "" {
 		if !balanceRE.MatchString(p.Balance) {
-			return out, fmt.Errorf("%w: --balance %q is not a whole number of won", settlement.ErrUsage, p.Balance)
+			return out, fmt.Errorf("%w: --balance %q is not a whole number of won", settle.ErrUsage, p.Balance)
 		}
 		b, err := strconv.ParseInt(p.Balance, 10, 64)
 		if err != nil {
-			return out, fmt.Errorf("%w: --balance %q: %v", settlement.ErrUsage, p.Balance, err)
+			return out, fmt.Errorf("%w: --balance %q: %v", settle.ErrUsage, p.Balance, err)
 		}
 		out.Balance = &b
 	}
@@ -102,7 +102,7 @@ func main() {
 // for the textfile.
 func run(verb string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 	// Usage first: nothing is opened for a proposal that cannot stand.
-	var p settlement.Proposal
+	var p settle.Proposal
 	if verb == "propose <guid>" {
 		var err error
 		if p, err = f.Propose.proposal(); err != nil {
@@ -110,21 +110,21 @@ func run(verb string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 		}
 	}
 	if verb == "reject <id>" && f.Reject.Reason == "" {
-		return fail(fmt.Errorf("%w: --reason is required", settlement.ErrUsage)), nil
+		return fail(fmt.Errorf("%w: --reason is required", settle.ErrUsage)), nil
 	}
 	// Who decides, before anything is opened: on a SQLite ledger the
 	// person sudo authenticated, or nothing is decided. settle never
 	// creates a ledger (run through sudo, it must not make files as the
 	// owner where an operator says).
 	decides := verb != "list"
-	var who settlement.Person
+	var who settle.Person
 	if !backend.IsPostgresURL(f.DB) {
 		if _, err := os.Stat(f.DB); err != nil {
 			return fail(fmt.Errorf("ledger %s: %w", f.DB, err)), nil
 		}
 		if decides {
 			var err error
-			if who, err = settlement.OnHost(f.DB, settlement.SudoOf()); err != nil {
+			if who, err = settle.OnHost(f.DB, settle.SudoOf()); err != nil {
 				return fail(err), refusedCount(verb)
 			}
 		}
@@ -132,8 +132,8 @@ func run(verb string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 		// PostgreSQL decides who the person is (session_user), and takes
 		// sudo's word only from a session of the schema's owner.
 		var err error
-		if who, err = settlement.FromSudo(settlement.SudoOf()); err != nil {
-			who = settlement.Person{Host: settlement.Hostname()}
+		if who, err = settle.FromSudo(settle.SudoOf()); err != nil {
+			who = settle.Person{Host: settle.Hostname()}
 		}
 	}
 	l, err := backend.Open(f.DB, f.LedgerFlags.Options(log.Warn, ledger.Actor("settle")))
@@ -148,7 +148,7 @@ func run(verb string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 	if err != nil {
 		return fail(err), nil
 	}
-	defer command.FlushTraces(log, tp)
+	defer tracing.Flush(log, tp)
 	ctx, span := tracing.Root(context.Background(), tracing.SpanSettle, tracing.AttrOutcome.String(strings.Fields(verb)[0]))
 	status, counts := decide(ctx, verb, f, l, p, who, log)
 	if span.IsRecording() {
@@ -159,9 +159,9 @@ func run(verb string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 }
 
 // decide carries out verb on the open ledger l.
-func decide(ctx context.Context, verb string, f *flags, l ledger.Ledger, p settlement.Proposal, who settlement.Person, log *slog.Logger) (int, []metrics.JobCount) {
+func decide(ctx context.Context, verb string, f *flags, l ledger.Ledger, p settle.Proposal, who settle.Person, log *slog.Logger) (int, []metrics.JobCount) {
 	log = log.With(traced(ctx)...)
-	desk := settlement.DeskFor(l)
+	desk := settle.DeskFor(l)
 	switch verb {
 	case "propose <guid>":
 		id, err := desk.Propose(ctx, p, who)
@@ -172,7 +172,7 @@ func decide(ctx context.Context, verb string, f *flags, l ledger.Ledger, p settl
 		fmt.Printf("settle: proposed id=%d guid=%s as=%s\n", id, p.GUID, p.As)
 		return cli.ExitOK, []metrics.JobCount{{Outcome: "proposed", Rows: 1}}
 	case "list":
-		open, err := settlement.List(ctx, l)
+		open, err := settle.List(ctx, l)
 		if err != nil {
 			return fail(err), nil
 		}
@@ -196,7 +196,7 @@ func decide(ctx context.Context, verb string, f *flags, l ledger.Ledger, p settl
 		fmt.Printf("settle: rejected id=%d\n", f.Reject.ID)
 		return cli.ExitOK, []metrics.JobCount{{Outcome: "rejected", Rows: 1}}
 	}
-	return fail(fmt.Errorf("%w: unknown verb %q", settlement.ErrUsage, verb)), nil
+	return fail(fmt.Errorf("%w: unknown verb %q", settle.ErrUsage, verb)), nil
 }
 
 // traced is the trace id attribute of ctx's span for the log lines, if
@@ -211,7 +211,7 @@ func traced(ctx context.Context) []any {
 // by names who in the log line: the authenticated actor, or, on
 // PostgreSQL without sudo, the database's session role (its events say
 // which).
-func by(who settlement.Person) string {
+func by(who settle.Person) string {
 	if who.Auth == "" {
 		return "the database's session role"
 	}
@@ -230,11 +230,11 @@ func refusedCount(command string) []metrics.JobCount {
 // operator gave, 1 for a refusal or a runtime error.
 func fail(err error) int {
 	switch {
-	case errors.Is(err, settlement.ErrUsage):
-		fmt.Fprintf(os.Stderr, "settle: usage error: %s\n", strings.TrimPrefix(err.Error(), settlement.ErrUsage.Error()+": "))
+	case errors.Is(err, settle.ErrUsage):
+		fmt.Fprintf(os.Stderr, "settle: usage error: %s\n", strings.TrimPrefix(err.Error(), settle.ErrUsage.Error()+": "))
 		return cli.ExitUsage
-	case errors.Is(err, settlement.ErrRefused):
-		fmt.Fprintf(os.Stderr, "settle: refused: %s\n", strings.TrimPrefix(err.Error(), settlement.ErrRefused.Error()+": "))
+	case errors.Is(err, settle.ErrRefused):
+		fmt.Fprintf(os.Stderr, "settle: refused: %s\n", strings.TrimPrefix(err.Error(), settle.ErrRefused.Error()+": "))
 		return cli.ExitRuntime
 	}
 	fmt.Fprintf(os.Stderr, "settle: error: %v\n", err)

@@ -3,7 +3,7 @@
 // each person known by the operator certificate their browser presents
 // (docs/security.md "Who decides"; the spec's settle.md "Who a person
 // is"). It reads through ledger.Ledger and decides through
-// settlement.Desk, the same fenced decisions as settle: it has no SQL of
+// settle.Desk, the same fenced decisions as settle: it has no SQL of
 // its own.
 //
 // Who you are: the TLS listener requires a client certificate that chains
@@ -35,8 +35,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"dedup/internal/settle"
 	"dedup/ledger"
-	"dedup/settlement"
 )
 
 // Roles a certificate may name.
@@ -80,7 +80,7 @@ type Options struct {
 // Server serves the console's pages over a ledger.
 type Server struct {
 	l     ledger.Ledger
-	desk  settlement.Desk
+	desk  settle.Desk
 	opts  Options
 	key   []byte // the CSRF tokens' key, made at start
 	pages map[string]*template.Template
@@ -103,7 +103,7 @@ func New(l ledger.Ledger, opts Options) (*Server, error) {
 		opts.Now = time.Now
 	}
 	if opts.Host == "" {
-		opts.Host = settlement.Hostname()
+		opts.Host = settle.Hostname()
 	}
 	if opts.MaxAttempts <= 0 {
 		opts.MaxAttempts = 3
@@ -112,7 +112,7 @@ func New(l ledger.Ledger, opts Options) (*Server, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("console: session key: %w", err)
 	}
-	s := &Server{l: l, desk: settlement.DeskFor(l), opts: opts, key: key, pages: map[string]*template.Template{},
+	s := &Server{l: l, desk: settle.DeskFor(l), opts: opts, key: key, pages: map[string]*template.Template{},
 		limit: newLimiter(opts.Now)}
 	for _, p := range []string{"overview", "doubt", "transfer", "proposals", "audit", "refused"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
@@ -161,7 +161,7 @@ func (s *Server) Handler() http.Handler {
 
 // operator is the person a request comes from, and what they may do.
 type operator struct {
-	settlement.Person
+	settle.Person
 	Role string
 }
 
@@ -198,7 +198,7 @@ func identify(r *http.Request, host string) (operator, error) {
 	case len(roles) == 1 && roles[0] != RoleViewer:
 		return operator{}, fmt.Errorf("%w: the certificate (serial %X) names the unknown role %q", errNoOperator, cert.SerialNumber, roles[0])
 	}
-	return operator{Person: settlement.Person{Auth: settlement.AuthCertificate, Name: names[0],
+	return operator{Person: settle.Person{Auth: settle.AuthCertificate, Name: names[0],
 		Serial: fmt.Sprintf("%X", cert.SerialNumber), Host: host}, Role: role}, nil
 }
 
@@ -307,11 +307,11 @@ func (s *Server) action(name string, h func(w http.ResponseWriter, r *http.Reque
 		}
 		code := http.StatusConflict
 		switch {
-		case errors.Is(err, settlement.ErrUsage):
+		case errors.Is(err, settle.ErrUsage):
 			code = http.StatusBadRequest
 		case errors.Is(err, errSamePerson), strings.Contains(err.Error(), "another person"):
 			code = http.StatusForbidden
-		case !errors.Is(err, settlement.ErrRefused):
+		case !errors.Is(err, settle.ErrRefused):
 			// The ledger could not be read or written: still a page that
 			// says so, never a 5xx with nothing in it.
 			code = http.StatusServiceUnavailable

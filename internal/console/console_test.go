@@ -23,8 +23,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"dedup/internal/pgtest"
-	"dedup/internal/testpki"
+	"dedup/internal/testbed/pgtest"
+	"dedup/internal/testbed/testpki"
 	"dedup/ledger"
 	"dedup/ledger/postgres"
 	"dedup/ledger/sqlite"

@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"dedup"
-	"dedup/inspection"
+	"dedup/internal/inspect"
+	"dedup/internal/settle"
 	"dedup/ledger"
 	"dedup/lhstd"
-	"dedup/settlement"
 )
 
 // pageSize is how many rows a list shows at once.
@@ -147,7 +147,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request, o operator) {
 		h := c * 120 / most
 		bars[i] = bar{Label: ageBuckets[i].label, Count: c, X: 10 + i*95, H: h, Y: 140 - h}
 	}
-	open, err := settlement.List(ctx, s.l)
+	open, err := settle.List(ctx, s.l)
 	if err != nil {
 		s.ledgerTrouble(w, r, o, err)
 		return
@@ -209,7 +209,7 @@ func (s *Server) jobRuns() []jobRun {
 
 // doubtRow is one transfer in the in-doubt list.
 type doubtRow struct {
-	inspection.Row
+	inspect.Row
 	Age       time.Duration
 	Exhausted bool
 }
@@ -269,7 +269,7 @@ func (s *Server) doubt(w http.ResponseWriter, r *http.Request, o operator) {
 	}
 	var list []doubtRow
 	for _, row := range rows {
-		d := inspection.Decode(row)
+		d := inspect.Decode(row)
 		if channel != "" && (d.Request == nil || d.Request.Channel != channel) {
 			continue
 		}
@@ -337,13 +337,13 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request, o operator) {
 		s.ledgerTrouble(w, r, o, err)
 		return
 	}
-	open, err := settlement.List(ctx, s.l)
+	open, err := settle.List(ctx, s.l)
 	if err != nil {
 		s.ledgerTrouble(w, r, o, err)
 		return
 	}
 	type openView struct {
-		settlement.Open
+		settle.Open
 		Mine bool
 	}
 	var mine []openView
@@ -352,24 +352,24 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request, o operator) {
 			mine = append(mine, openView{Open: p, Mine: p.By == o.Name})
 		}
 	}
-	d := inspection.Decode(*row)
-	s.render(w, "transfer", &o, map[string]any{"Row": d, "Age": row.Age, "Events": inspection.Events(evs), "Open": mine,
+	d := inspect.Decode(*row)
+	s.render(w, "transfer", &o, map[string]any{"Row": d, "Age": row.Age, "Events": inspect.Events(evs), "Open": mine,
 		"CanApply":   row.State == dedup.StateUnknown,
 		"CanAbandon": row.State == dedup.StateFailed && row.RspCode == dedup.CodeNotSent})
 }
 
 func (s *Server) propose(w http.ResponseWriter, r *http.Request, o operator) error {
 	f := r.PostForm
-	p := settlement.Proposal{GUID: r.PathValue("guid"), As: f.Get("as"), Reason: strings.TrimSpace(f.Get("reason")),
+	p := settle.Proposal{GUID: r.PathValue("guid"), As: f.Get("as"), Reason: strings.TrimSpace(f.Get("reason")),
 		CoreRef: strings.TrimSpace(f.Get("core_ref")), ProcessedAt: strings.TrimSpace(f.Get("processed_at"))}
 	if b := strings.TrimSpace(f.Get("balance")); b != "" {
 		v, err := strconv.ParseInt(b, 10, 64)
 		if err != nil || v < 0 {
-			return fmt.Errorf("%w: balance %q is not a whole number of won", settlement.ErrUsage, b)
+			return fmt.Errorf("%w: balance %q is not a whole number of won", settle.ErrUsage, b)
 		}
 		p.Balance = &v
 	}
-	if p.As != settlement.Applied {
+	if p.As != settle.Applied {
 		p.CoreRef, p.ProcessedAt, p.Balance = "", "", nil
 	}
 	if err := p.Check(); err != nil {
@@ -389,15 +389,15 @@ func (s *Server) propose(w http.ResponseWriter, r *http.Request, o operator) err
 // proposalOf finds open proposal id, refusing its own proposer's decision
 // before the ledger is asked (the ledger refuses it again: the page is a
 // convenience, the desk the control).
-func (s *Server) openProposal(ctx context.Context, id int64, o operator) (*settlement.Open, error) {
-	open, err := settlement.List(ctx, s.l)
+func (s *Server) openProposal(ctx context.Context, id int64, o operator) (*settle.Open, error) {
+	open, err := settle.List(ctx, s.l)
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range open {
 		if p.ID == id {
 			if p.By == o.Name {
-				return nil, fmt.Errorf("%w: %w: proposal %d was made by %s: it needs another person's decision", settlement.ErrRefused, errSamePerson, id, o.Name)
+				return nil, fmt.Errorf("%w: %w: proposal %d was made by %s: it needs another person's decision", settle.ErrRefused, errSamePerson, id, o.Name)
 			}
 			return &p, nil
 		}
@@ -408,7 +408,7 @@ func (s *Server) openProposal(ctx context.Context, id int64, o operator) (*settl
 func proposalID(r *http.Request) (int64, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		return 0, fmt.Errorf("%w: %q is not a proposal id", settlement.ErrUsage, r.PathValue("id"))
+		return 0, fmt.Errorf("%w: %q is not a proposal id", settle.ErrUsage, r.PathValue("id"))
 	}
 	return id, nil
 }
@@ -489,7 +489,7 @@ func (s *Server) proposals(w http.ResponseWriter, r *http.Request, o operator) {
 		s.refuse(w, r, &o, http.StatusBadRequest, "input", err.Error())
 		return
 	}
-	open, err := settlement.List(ctx, s.l)
+	open, err := settle.List(ctx, s.l)
 	if err != nil {
 		s.ledgerTrouble(w, r, o, err)
 		return
@@ -499,8 +499,8 @@ func (s *Server) proposals(w http.ResponseWriter, r *http.Request, o operator) {
 		s.ledgerTrouble(w, r, o, err)
 		return
 	}
-	var decided []inspection.Event
-	for _, e := range inspection.Events(evs) {
+	var decided []inspect.Event
+	for _, e := range inspect.Events(evs) {
 		if e.Action == ledger.ActionApprove || e.Action == ledger.ActionReject || e.Action == ledger.ActionExpire {
 			decided = append(decided, e)
 		}
@@ -535,19 +535,19 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request, o operator) {
 		s.ledgerTrouble(w, r, o, err)
 		return
 	}
-	out := inspection.Events(evs)
+	out := inspect.Events(evs)
 	name := "dedup-events-" + since.Format("20060102")
 	switch format {
 	case "csv":
 		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 		w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.csv"`)
-		inspection.WriteEventsCSV(w, out)
+		inspect.WriteEventsCSV(w, out)
 		s.opts.Log.Info("console: audit export", "who", o.Actor(), "format", "csv", "events", len(out))
 		return
 	case "json":
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.json"`)
-		inspection.WriteEventsJSON(w, out)
+		inspect.WriteEventsJSON(w, out)
 		s.opts.Log.Info("console: audit export", "who", o.Actor(), "format", "json", "events", len(out))
 		return
 	}

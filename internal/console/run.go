@@ -15,16 +15,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"dedup/certs"
-	"dedup/cli"
-	"dedup/command"
+	"dedup/internal/certs"
+	"dedup/internal/cli"
+	"dedup/internal/connect"
 	"dedup/ledger"
 	"dedup/ledger/backend"
 )
 
 // Flags are the console binary's command line.
 type Flags struct {
-	command.LedgerFlags
+	connect.LedgerFlags
 	Listen        string `name:"listen" default:"127.0.0.1:9443" help:"HTTPS address of the console (there is no plain HTTP listener)."`
 	TLSCert       string `name:"tls-cert" required:"" placeholder:"FILE" help:"The console's server certificate (PEM)."`
 	TLSKey        string `name:"tls-key" required:"" placeholder:"FILE" help:"Its private key (PEM)."`

@@ -15,14 +15,14 @@ import (
 	"time"
 
 	"dedup"
-	"dedup/coreapi"
 	"dedup/internal/channel"
+	"dedup/internal/coreapi"
 	"dedup/internal/fixturecore"
-	"dedup/internal/otlptest"
+	"dedup/internal/metrics"
+	"dedup/internal/testbed/otlptest"
 	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/ledger/sqlite"
-	"dedup/metrics"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"

@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"dedup/internal/metrics"
 	"dedup/ledger"
-	"dedup/metrics"
 )
 
 // ClockLogEvery bounds how often the relay says that the clocks disagree.

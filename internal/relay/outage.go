@@ -3,7 +3,7 @@ package relay
 import (
 	"sync"
 
-	"dedup/coreapi"
+	"dedup/internal/coreapi"
 )
 
 // DefaultOutageAfter is how many consecutive sends without a connection

@@ -19,11 +19,11 @@ import (
 	"time"
 
 	"dedup"
-	"dedup/holder"
+	"dedup/internal/metrics"
+	"dedup/internal/send"
 	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/lhstd"
-	"dedup/metrics"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -42,7 +42,7 @@ type Store interface {
 
 // Core is the part of the core client the relay uses.
 type Core interface {
-	holder.Core
+	send.Core
 	// Reach obtains a connection to the core and closes it, sending
 	// nothing: how the relay learns that the core is back during an outage.
 	Reach(ctx context.Context) error
@@ -231,7 +231,7 @@ func (s *Server) handle(ctx context.Context, tx *txn) []byte {
 		}
 		if claimed {
 			tx.moved(dedup.StateSent, 1)
-			return s.send(ctx, tx, holder.Claim{Request: tx.req, Attempt: 1, Asked: asked, Received: tx.req.Raw})
+			return s.send(ctx, tx, send.Claim{Request: tx.req, Attempt: 1, Asked: asked, Received: tx.req.Raw})
 		}
 		rctx, span := tracing.Child(ctx, tracing.SpanRead)
 		row, err := s.store.Get(rctx, guid)
@@ -305,7 +305,7 @@ func (s *Server) reclaim(ctx context.Context, tx *txn) []byte {
 	if err != nil || req.GUID != tx.req.GUID {
 		return s.giveBack(ctx, tx, attempt, fmt.Sprintf("the row's stored request is unusable (%v)", err))
 	}
-	reply := s.send(ctx, tx, holder.Claim{Request: req, Attempt: attempt, Asked: asked, Received: tx.req.Raw, Reclaimed: true})
+	reply := s.send(ctx, tx, send.Claim{Request: req, Attempt: attempt, Asked: asked, Received: tx.req.Raw, Reclaimed: true})
 	if !lhstd.SameRequest(stored, tx.req.Raw) {
 		tx.fail(slog.LevelWarn, "the row's stored request, sent, differs from this one: answering E904")
 		return tx.replyNew(dedup.CodeGUIDReused)
@@ -328,7 +328,7 @@ func (s *Server) giveBack(ctx context.Context, tx *txn, attempt int, why string)
 // send sends a claim this relay holds through the one holder sequence
 // (package holder), and accounts for it: the outage rule, the metrics and
 // the log line. It returns the reply.
-func (s *Server) send(ctx context.Context, tx *txn, c holder.Claim) []byte {
+func (s *Server) send(ctx context.Context, tx *txn, c send.Claim) []byte {
 	s.metrics.Inflight(1)
 	defer s.metrics.Inflight(-1)
 	sent := s.sender.Send(ctx, c)

@@ -16,7 +16,7 @@ import (
 	"gotest.tools/v3/poll"
 
 	"dedup"
-	"dedup/coreapi"
+	"dedup/internal/coreapi"
 	"dedup/ledger"
 	"dedup/lhstd"
 )

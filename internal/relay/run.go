@@ -19,14 +19,14 @@ import (
 	"syscall"
 	"time"
 
-	"dedup/certs"
-	"dedup/cli"
-	"dedup/command"
-	"dedup/coreapi"
+	"dedup/internal/certs"
+	"dedup/internal/cli"
+	"dedup/internal/connect"
+	"dedup/internal/coreapi"
+	"dedup/internal/metrics"
 	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/ledger/backend"
-	"dedup/metrics"
 )
 
 // Flags are the relay's command-line flags.
@@ -37,7 +37,7 @@ type Flags struct {
 	TLSKey   string    `name:"tls-key" placeholder:"FILE" help:"PEM key of --tls-cert."`
 	ClientCA string    `name:"client-ca" placeholder:"FILE" help:"PEM bundle: every channel must present a client certificate chaining to it; its urn:dedup:channel:XXX URI SANs name the channel codes it may send."`
 	MaxConns cli.Whole `name:"max-conns" default:"1024" help:"Open channel connections (TLS handshakes included); one more is closed at once."`
-	command.CoreFlags
+	coreapi.Flags
 	OrphanAfter    cli.Seconds `name:"orphan-after" default:"60" help:"Seconds after which a SENT/RECEIVED row is orphaned and swept to UNKNOWN; at least connect-timeout + timeout + 7."`
 	IdleTimeout    cli.Seconds `name:"idle-timeout" default:"300" help:"Seconds an idle channel connection is kept."`
 	MetricsListen  string      `name:"metrics-listen" placeholder:"ADDR" help:"HTTP address for /metrics, /healthz and /readyz (default off); port 0 picks a free port."`
@@ -143,7 +143,7 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	command.WarnDB(log, f.DB, f.DBInsecure)
+	connect.WarnDB(log, f.DB, f.DBInsecure)
 	// Tracing as the OTEL_ variables ask (none set: off, nothing exported
 	// or attempted). A malformed variable is refused before the ledger is
 	// opened, like a bad flag's file.
@@ -151,7 +151,7 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	defer command.FlushTraces(log, tp)
+	defer tracing.Flush(log, tp)
 	var m *metrics.Relay
 	opts := ledger.Options{Synchronous: f.Synchronous, Warn: log.Warn, Actor: ledger.Actor("relay")}
 	// A restart must not wait for a whole-file read (seconds per gigabyte

@@ -16,11 +16,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"dedup/holder"
+	"dedup/internal/metrics"
+	"dedup/internal/send"
 	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/lhstd"
-	"dedup/metrics"
 )
 
 // Defaults of the wire protocol (docs/telegram.md, docs/cli.md).
@@ -146,7 +146,7 @@ type Server struct {
 	tls          *tls.Config
 	clientCerts  bool
 	maxConns     int
-	sender       *holder.Sender
+	sender       *send.Sender
 	clock        clockWatch
 	tracer       *tracing.Tracer
 
@@ -194,13 +194,13 @@ func New(cfg Config) *Server {
 	if s.clock.max <= 0 {
 		s.clock.max = ledger.DefaultMaxClockSkew
 	}
-	s.sender = &holder.Sender{Ledger: s.store, Core: s.core, Lease: cfg.Lease, Confirm: cfg.ConfirmClaims,
+	s.sender = &send.Sender{Ledger: s.store, Core: s.core, Lease: cfg.Lease, Confirm: cfg.ConfirmClaims,
 		MaxClockSkew: s.clock.max, OnClock: s.clock.leaseChecked, BeforeSend: cfg.BeforeSend}
 	return s
 }
 
 // SweepOrphans moves SENT/RECEIVED rows older than the orphan bound to
-// UNKNOWN, so that resolve settles them by inquiry. The relay runs it before
+// UNKNOWN, so that resolve resolves them by inquiry. The relay runs it before
 // it starts listening and then every sweep interval.
 //
 // It first compares the ledger's clock with this host's (docs/ledger.md

@@ -304,3 +304,23 @@ func (r *rateLimited) Handle(err error) {
 	r.mu.Unlock()
 	r.log.Warn("tracing: export failed (spans dropped; transfers are not affected)", "error", err.Error())
 }
+
+// Flush exports the spans still queued at a binary's exit, bounded by
+// ExportTimeout: an endpoint that is down must not hold up the exit (the
+// binary's outcome is already recorded).
+func Flush(log *slog.Logger, tp *Provider) {
+	ctx, cancel := context.WithTimeout(context.Background(), ExportTimeout)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("tracing: spans still queued at exit were not exported", "error", err)
+	}
+}
+
+// LogAttrs is a log line's attributes with the trace id of ctx's span
+// added when it is traced, so that a job's line leads to its trace.
+func LogAttrs(ctx context.Context, args ...any) []any {
+	if id := TraceID(ctx); id != "" {
+		return append(args, "trace_id", id)
+	}
+	return args
+}

@@ -82,7 +82,7 @@ func testEventsOnEveryChange(t *testing.T, s suite) {
 	unknown, err := l.SelectUnknown(ctx, 300*time.Second)
 	assert.NilError(t, err)
 	assert.Equal(t, len(unknown), 1)
-	recorded, err = l.Settle(ctx, unknown[0], ledger.Outcome{State: dedup.StateFailed, RspCode: "E902", Detail: "core lookup: 404 NOT_FOUND"})
+	recorded, err = l.Resolve(ctx, unknown[0], ledger.Outcome{State: dedup.StateFailed, RspCode: "E902", Detail: "core lookup: 404 NOT_FOUND"})
 	assert.NilError(t, err)
 	assert.Assert(t, recorded)
 	assert.DeepEqual(t, events(t, l, guid(2)), []string{
@@ -90,7 +90,7 @@ func testEventsOnEveryChange(t *testing.T, s suite) {
 		actor + " resolve UNKNOWN->FAILED E902 attempts=1",
 	})
 	// A fenced write that changed nothing writes nothing.
-	recorded, err = l.Settle(ctx, unknown[0], ledger.Outcome{State: dedup.StateDone, RspCode: "0000"})
+	recorded, err = l.Resolve(ctx, unknown[0], ledger.Outcome{State: dedup.StateDone, RspCode: "0000"})
 	assert.NilError(t, err)
 	assert.Assert(t, !recorded)
 	recorded, err = l.Finish(ctx, guid(1), 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Reclaimed: true})
@@ -131,7 +131,7 @@ func testEventsCommitWithTheirChange(t *testing.T, s suite) {
 			assert.Check(t, err != nil)
 			_, err = l.SweepOrphans(ctx, time.Minute)
 			assert.Check(t, err != nil)
-			_, err = l.Settle(ctx, unknown[0], ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
+			_, err = l.Resolve(ctx, unknown[0], ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
 			assert.Check(t, err != nil)
 			failing.Store(false)
 			// (States as parameters: the suite's dialect rewrites the word NOW.)

@@ -316,25 +316,25 @@ func testSettleFenced(t *testing.T, s suite) {
 	// Meanwhile the row went through a reprocess cycle and is UNKNOWN again
 	// with another attempt: the stale selection must not settle it.
 	s.Exec(t, db, "UPDATE tx SET attempts=2, updated_at=NOW WHERE guid=?", guid(1))
-	ok, err := l.Settle(ctx, sel, ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
+	ok, err := l.Resolve(ctx, sel, ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
 	assert.NilError(t, err)
 	assert.Assert(t, !ok)
 	// Same attempts, only updated_at changed: still fenced.
 	s.Exec(t, db, "UPDATE tx SET attempts=1 WHERE guid=?", guid(1))
-	ok, err = l.Settle(ctx, sel, ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
+	ok, err = l.Resolve(ctx, sel, ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
 	assert.NilError(t, err)
 	assert.Assert(t, !ok)
 
 	fresh, err := l.Get(ctx, guid(1))
 	assert.NilError(t, err)
-	ok, err = l.Settle(ctx, *fresh, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("reply")})
+	ok, err = l.Resolve(ctx, *fresh, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("reply")})
 	assert.NilError(t, err)
 	assert.Assert(t, ok)
 	r, _ := l.Get(ctx, guid(1))
 	assert.Equal(t, r.State, dedup.StateDone)
 	assert.Equal(t, r.Attempts, 1, "settling changed attempts")
-	// A settled row is not settled again by the same selection.
-	ok, err = l.Settle(ctx, *fresh, ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
+	// A resolved row is not resolved again by the same selection.
+	ok, err = l.Resolve(ctx, *fresh, ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
 	assert.NilError(t, err)
 	assert.Assert(t, !ok)
 }
@@ -458,7 +458,7 @@ func testOtherTools(t *testing.T, s suite) {
 	u, err := l.SelectUnknown(ctx, 300*time.Second)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, names(u), []string{guid(3)})
-	ok, err := l.Settle(ctx, u[0], ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
+	ok, err := l.Resolve(ctx, u[0], ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
 	assert.NilError(t, err)
 	assert.Assert(t, ok)
 	attempt, _, ok, err := l.Reclaim(ctx, guid(3), []byte("received"), 0)
@@ -648,7 +648,7 @@ func testRefusedAfterTheFact(t *testing.T, s suite) {
 	assert.Check(t, err != nil && !ok, "reclaim: %v %v", ok, err)
 	ok, err = l.Finish(ctx, guid(3), 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("x")})
 	assert.Check(t, err != nil && !ok, "finish: %v %v", ok, err)
-	ok, err = l.Settle(ctx, unknown[0], ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
+	ok, err = l.Resolve(ctx, unknown[0], ledger.Outcome{State: dedup.StateFailed, RspCode: "E902"})
 	assert.Check(t, err != nil && !ok, "settle: %v %v", ok, err)
 }
 

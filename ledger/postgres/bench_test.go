@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"dedup"
-	"dedup/internal/pgtest"
+	"dedup/internal/testbed/pgtest"
 	"dedup/ledger"
 )
 

@@ -8,7 +8,7 @@ import (
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
 
-	"dedup/internal/pgtest"
+	"dedup/internal/testbed/pgtest"
 	"dedup/ledger"
 )
 

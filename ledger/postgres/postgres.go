@@ -606,8 +606,8 @@ func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.
 	return n == 1, nil
 }
 
-// Settle records resolve's verdict, fenced on the row as selected.
-func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outcome) (bool, error) {
+// Resolve records resolve's verdict, fenced on the row as selected.
+func (l *Ledger) Resolve(ctx context.Context, selected ledger.Row, o ledger.Outcome) (bool, error) {
 	n, err := l.queryCount(ctx, selected.GUID, ledger.SQL.Resolve.Postgres, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt,
 		l.actor, nullable(o.Detail))
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"dedup"
-	"dedup/internal/pgtest"
+	"dedup/internal/testbed/pgtest"
 	"dedup/ledger"
 	"dedup/ledger/ledgertest"
 )

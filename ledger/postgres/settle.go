@@ -10,8 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"dedup"
-	"dedup/internal/tracing"
 	"dedup/ledger"
 )
 
@@ -67,7 +68,8 @@ func (l *Ledger) call(ctx context.Context, what, sql string, scan []any, args ..
 		// A traced decision's events name its trace: the functions read
 		// it from this transaction's dedup.trace_id (a correlation, not a
 		// right: they take only 32 hex digits from it).
-		if id := tracing.TraceID(ctx); id != "" {
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			id := span.SpanContext().TraceID().String()
 			if _, err := tx.Exec(ctx, "SELECT set_config('dedup.trace_id', $1, true)", id); err != nil {
 				return decisionError(what, err)
 			}

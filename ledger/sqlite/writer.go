@@ -321,11 +321,11 @@ func (l *Ledger) Finish(ctx context.Context, guid string, attempt int, o ledger.
 	return n == 1, nil
 }
 
-// Settle records resolve's verdict on an UNKNOWN row (docs/ledger.md: UNKNOWN →
+// Resolve records resolve's verdict on an UNKNOWN row (docs/ledger.md: UNKNOWN →
 // DONE or FAILED), fenced on the state, attempts and updated_at that were
 // selected: a row changed meanwhile is left alone. recorded reports whether
 // the row was changed.
-func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outcome) (recorded bool, err error) {
+func (l *Ledger) Resolve(ctx context.Context, selected ledger.Row, o ledger.Outcome) (recorded bool, err error) {
 	ev := func(ctx context.Context, s *writeStmts) error {
 		return l.event(ctx, s, selected.GUID, ledger.ActionResolve, "UNKNOWN", string(o.State), o.RspCode, selected.Attempts, nullable(o.Detail))
 	}
@@ -337,7 +337,7 @@ func (l *Ledger) Settle(ctx context.Context, selected ledger.Row, o ledger.Outco
 }
 
 // SweepOrphans moves SENT/RECEIVED rows not updated for longer than after to
-// UNKNOWN/E901, so that resolve settles them by inquiry. It returns how many
+// UNKNOWN/E901, so that resolve resolves them by inquiry. It returns how many
 // rows it moved.
 func (l *Ledger) SweepOrphans(ctx context.Context, after time.Duration) (int64, error) {
 	var n int64

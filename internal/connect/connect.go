@@ -1,0 +1,73 @@
+// Package connect turns the flags that name the ledger into an open one:
+// --db, --db-insecure, --synchronous, and the bound on the ledger's clock
+// (--max-clock-skew). Package cli parses the command line; this package
+// opens what the parsed flags name, so that a binary without a ledger
+// (fixturecore, channel) links none. The core's flags live with the core's
+// client (coreapi.Flags).
+package connect
+
+import (
+	"fmt"
+	"log/slog"
+
+	"dedup/internal/cli"
+
+	"dedup/ledger"
+	"dedup/ledger/backend"
+)
+
+// LedgerFlags are the ledger flags of the binaries other than the relay
+// (which has its own, with the same --synchronous): every binary that
+// writes obeys the same durability rule, so that the runbook's jobs run on
+// a ledger the relay was allowed to use.
+type LedgerFlags struct {
+	DB          string `name:"db" default:"relay.db" help:"Ledger: a SQLite file path, or a postgres:// URL."`
+	DBInsecure  bool   `name:"db-insecure" help:"Allow a PostgreSQL host that is not loopback without sslmode=verify-full or verify-ca."`
+	Synchronous string `name:"synchronous" enum:"full,normal" default:"full" help:"Durability of each commit: full, or normal (SQLite NORMAL; PostgreSQL: accept synchronous_commit off/local, fsync or full_page_writes off), as the relay's flag."`
+}
+
+// Options returns the ledger options these flags ask for.
+func (l LedgerFlags) Options(warn func(string, ...any), actor string) ledger.Options {
+	return ledger.Options{Synchronous: l.Synchronous, Warn: warn, Actor: actor}
+}
+
+// ClockFlags are the flag of the binaries that decide by age (docs/md:
+// relay, resolve, purge): past --max-clock-skew between the ledger's clock
+// and the host's, nothing is decided by age.
+type ClockFlags struct {
+	MaxClockSkew cli.Seconds `name:"max-clock-skew" default:"5" help:"Seconds the ledger's clock may differ from this host's; past that the job decides nothing by age and exits 1."`
+}
+
+// Validate checks that --max-clock-skew is greater than 0.
+func (c ClockFlags) Validate() error {
+	if c.MaxClockSkew <= 0 {
+		return fmt.Errorf("--max-clock-skew must be greater than 0")
+	}
+	return nil
+}
+
+// WarnInsecure logs what --db itself exposes: a password in the process
+// list, or a PostgreSQL connection allowed without verified TLS.
+func (l LedgerFlags) WarnInsecure(log *slog.Logger) {
+	WarnDB(log, l.DB, l.DBInsecure)
+}
+
+// WarnDB logs what a --db value exposes (see LedgerFlags.WarnInsecure).
+func WarnDB(log *slog.Logger, db string, insecure bool) {
+	if backend.CarriesPassword(db) {
+		log.Warn("--db carries a password: every local user can read it in the process list; use passfile= or PGPASSFILE (mode 0600), PGPASSWORD in the service's environment, or a client certificate",
+			"db", backend.Describe(db))
+	}
+	if insecure {
+		log.Warn("--db-insecure: the PostgreSQL connection may be plain text or reach an unverified server, which would receive the password",
+			"db", backend.Describe(db))
+	}
+}
+
+// Validate checks --db without opening or creating anything.
+func (l LedgerFlags) Validate() error {
+	if err := backend.Check(l.DB, l.DBInsecure); err != nil {
+		return fmt.Errorf("--db: %v", err)
+	}
+	return nil
+}
