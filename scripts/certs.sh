@@ -15,7 +15,7 @@
 #   vic.pem (+ -key.pem, .p12)  a viewer of the console (urn:dedup:role:viewer)
 #
 # The same commands, with a bank's own CA, issue production certificates
-# (README "Certificates").
+# (docs/security.md).
 #
 #   scripts/certs.sh DIR
 set -euo pipefail

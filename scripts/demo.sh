@@ -33,7 +33,13 @@
 #                                into two browsers; runs until Ctrl-C
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+case "${1:-}" in
+  --postgres) scripts/setup.sh demo-postgres ;;
+  --ha) scripts/setup.sh demo-ha ;;
+  --tls) scripts/setup.sh demo-tls ;;
+  --console) scripts/setup.sh demo-console ;;
+  *) scripts/setup.sh demo ;;
+esac
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 kind=sqlite tls=0 console=0
 case "${1:-}" in

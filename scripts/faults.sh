@@ -2,7 +2,7 @@
 # The fault campaign: seeded randomized runs of the real relay, fixture core
 # and batch jobs under kill -9, SIGTERM, core outages and crashes, slow core
 # answers, concurrent resolve/reprocess/purge, hang-ups and retransmission
-# bursts; then four checks of the whole history (README "Fault campaign").
+# bursts; then four checks of the whole history (docs/testing.md "Fault campaign").
 #
 #   scripts/faults.sh                 20 runs (the default campaign)
 #   scripts/faults.sh --short         3 short runs, then proof that the checks

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Two measurements on a ledger you already have (table 7's hand-run rows in
-# the README): the real binaries in bin/ (scripts/bench.sh builds them),
+# Two measurements on a ledger you already have (docs/benchmarks.md, tables 7 and 8):
+# the real binaries in bin/ (scripts/bench.sh builds them),
 # a fixture core, 16 channel connections, 10 % retransmissions.
 #
 #   scripts/ledger-bench.sh restart RELAY_BIN DB [ROUNDS] [warm|cold]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command (README "Tests", and what .ci/run calls):
+# The project's test command (README "The two commands", and what .ci/run calls):
 # set-up, formatting, go vet, every test under the race detector (the
 # end-to-end tests build the binaries with -race too; the HA tests start
 # etcd and three Patroni nodes), the end-to-end tests again on a PostgreSQL

@@ -22,7 +22,7 @@ import (
 //     writes of many callers as one pgx batch (pipelined, one round trip) in
 //     one transaction, one commit; a lone write as one statement.
 //
-// It reports transactions per second; the README quotes the comparison
+// It reports transactions per second; docs/benchmarks.md quotes the comparison
 // behind the backend's choice.
 //
 //	go test -run '^$' -bench ClaimFinish ./ledger/postgres/

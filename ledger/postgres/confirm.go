@@ -14,7 +14,7 @@ import (
 // Confirmers is how many batched confirmations (rule 13) may be in flight
 // at once. Every send on a PostgreSQL ledger confirms its claim before its
 // first byte, one round trip each; under load the confirmations that wait
-// while another is in flight share one query instead (README "Benchmarks",
+// while another is in flight share one query instead (docs/benchmarks.md,
 // table 4 on PostgreSQL).
 const Confirmers = 2
 

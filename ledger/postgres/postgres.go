@@ -11,7 +11,7 @@
 // group commits, as only one can hold SQLite's write lock.) Measured
 // against plain concurrent statements (which PostgreSQL's own WAL flush
 // grouping also helps), the batches win at high concurrency and the lone
-// statement at one caller (BenchmarkClaimFinish; README "Benchmarks").
+// statement at one caller (BenchmarkClaimFinish; docs/benchmarks.md).
 // Reads use the pool directly (pgx's own pool, not database/sql). Every age
 // is the server's now() minus the row's updated_at; no statement binds a
 // time computed on a relay's host, so hosts whose clocks disagree still
@@ -46,7 +46,7 @@ const schemaLockKey = 0x646564757000 // "dedup\0"
 // serialises every commit behind the previous one's round trips; a few let
 // PostgreSQL flush several commits' WAL together, as it does for plain
 // concurrent statements, while each still carries many writes. Measured
-// with BenchmarkClaimFinish (README "Benchmarks").
+// with BenchmarkClaimFinish (docs/benchmarks.md).
 const Writers = 4
 
 // DefaultMaxBatch bounds how many writes one group commit carries.

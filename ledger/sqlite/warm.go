@@ -22,8 +22,8 @@ import (
 // to serve at about 0.8x of its steady rate in its first second: nearly
 // every new GUID's claim read the leaf of tx's GUID index its GUID falls
 // on from disk, inside the write lock, one read after another (2,239 of
-// the 2,514 pages a traced cold first second read; README, "What the cold
-// first second reads"). Warming (Options.WarmAtOpen, the relay) reads
+// the 2,514 pages a traced cold first second read; git log holds the
+// trace). Warming (Options.WarmAtOpen, the relay) reads
 // those leaves before the ledger opens, warmReaders at a time and in the
 // file's order: the leaves that hold the GUIDs of the warmSample rows
 // written last, their neighbours, and the leaves in a gap of up to
@@ -68,8 +68,7 @@ const (
 
 // warmReaders is how many reads are in flight at once: the disk measured
 // read 12,848 leaves in 1.02 s with 1 reader, 0.62-0.71 s with 4 or 8,
-// and no faster with 16 or 32 (README, "What the cold first second
-// reads").
+// and no faster with 16 or 32 (one traced run; git log holds it).
 const warmReaders = 8
 
 // warmMaxDepth bounds the b-tree's depth (a 4 KiB-page tree of a billion
