@@ -130,7 +130,8 @@ func (s *sendCmd) Validate() error {
 
 func main() {
 	var f flags
-	kctx := cli.Parse("channel", "Channel simulator for the dedup relay.", &f, os.Args[1:])
+	kctx := cli.Parse("channel", "Channel simulator for the dedup relay.", &f, os.Args[1:],
+		"3 send: the reply was not 0000; load: a GUID was applied twice")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	switch kctx.Command() {

@@ -74,8 +74,11 @@ func (f *flags) Validate() error {
 	if f.Check {
 		n++
 	}
-	if !f.Check && (f.MetricsTextfile != "" || f.SummaryFormat != "text") {
-		return errors.New("--metrics-textfile and --summary-format go with --check")
+	if !f.Check && f.MetricsTextfile != "" {
+		return errors.New("--metrics-textfile goes with --check")
+	}
+	if !f.Check && !f.Summary && f.SummaryFormat != "text" {
+		return errors.New("--summary-format goes with --check or --summary")
 	}
 	if f.MetricsTextfile != "" && !strings.HasSuffix(f.MetricsTextfile, ".prom") {
 		// Run through sudo as the ledger's owner, inspect must not be a
@@ -105,7 +108,8 @@ func parseTime(s string) (time.Time, error) {
 
 func main() {
 	var f flags
-	cli.Parse("inspect", "Show ledger rows for a person: a GUID's story, rows by state and age, a summary per state.", &f, os.Args[1:])
+	cli.Parse("inspect", "Show ledger rows for a person: a GUID's story, rows by state and age, a summary per state.", &f, os.Args[1:],
+		"3 a GUID asked for has no row")
 	os.Exit(run(&f))
 }
 
@@ -163,7 +167,7 @@ func run(f *flags) int {
 		case "csv":
 			werr = inspect.WriteEventsCSV(os.Stdout, out)
 		default:
-			werr = inspect.WriteEventsText(os.Stdout, out)
+			werr = inspect.WriteEventsPeriodText(os.Stdout, out)
 		}
 		if werr != nil {
 			return failWrite(werr)
@@ -175,7 +179,7 @@ func run(f *flags) int {
 		}
 		sums := inspect.Summaries(stats)
 		var werr error
-		if f.Format == "json" {
+		if f.Format == "json" || f.SummaryFormat == "json" {
 			werr = inspect.WriteSummaryJSON(os.Stdout, sums)
 		} else {
 			werr = inspect.WriteSummaryText(os.Stdout, sums)

@@ -76,7 +76,8 @@ func (p *proposeCmd) proposal() (settle.Proposal, error) {
 
 func main() {
 	var f flags
-	kctx := cli.Parse("settle", "Decide, with four eyes and on the record, what inquiry cannot settle.", &f, os.Args[1:])
+	kctx := cli.Parse("settle", "Decide, with four eyes and on the record, what inquiry cannot resolve.", &f, os.Args[1:],
+		"1 also when refused (the row changed, the proposal is decided or expired, the same person)")
 	log := f.Logger(os.Stderr)
 	f.WarnInsecure(log)
 	start := time.Now()
@@ -136,7 +137,7 @@ func run(verb string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 			who = settle.Person{Host: settle.Hostname()}
 		}
 	}
-	l, err := backend.Open(f.DB, f.LedgerFlags.Options(log.Warn, ledger.Actor("settle")))
+	l, err := f.LedgerFlags.Open(f.LedgerFlags.Options(log.Warn, ledger.Actor("settle")), log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "settle: error: %v\n", err)
 		return cli.ExitRuntime, nil
@@ -175,6 +176,9 @@ func decide(ctx context.Context, verb string, f *flags, l ledger.Ledger, p settl
 		open, err := settle.List(ctx, l)
 		if err != nil {
 			return fail(err), nil
+		}
+		if len(open) == 0 {
+			fmt.Println("settle: no open proposals")
 		}
 		for _, o := range open {
 			fmt.Printf("id=%d guid=%s as=%s by=%s age=%d reason=%q\n", o.ID, o.GUID, o.As, o.By, int64(o.Age.Seconds()), o.Reason)

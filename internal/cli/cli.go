@@ -23,7 +23,7 @@ import (
 )
 
 // Version is the binaries' version, set at build time with
-// -ldflags "-X dedup/cli.Version=..."; otherwise the module version that
+// -ldflags "-X dedup/internal/cli.Version=..."; otherwise the module version that
 // go build embeds ("(devel)" for a build from a checkout).
 var Version = ""
 
@@ -200,10 +200,17 @@ func Listening(w io.Writer, logFormat, line string) {
 
 // Parse parses args into flags. --help and --version print and exit 0; a
 // usage error prints one line naming the problem on stderr and exits 2.
-func Parse(name, description string, flags any, args []string) *kong.Context {
+// --help ends its description with the exit statuses: the three every
+// binary shares, then the binary's own (moreExits, e.g. "3 a GUID asked
+// for has no row").
+func Parse(name, description string, flags any, args []string, moreExits ...string) *kong.Context {
+	exits := "Exit status: 0 done; 1 runtime error (one line on stderr); 2 usage error (one line naming the flag)"
+	for _, e := range moreExits {
+		exits += "; " + e
+	}
 	parser, err := kong.New(flags,
 		kong.Name(name),
-		kong.Description(description),
+		kong.Description(description+"\n\n"+exits+"."),
 		kong.Vars{"version": name + " " + VersionString()},
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 	)

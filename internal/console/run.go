@@ -76,7 +76,7 @@ func Run(f *Flags) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	l, err := backend.Open(f.DB, f.LedgerFlags.Options(log.Warn, ledger.Actor("console")))
+	l, err := f.LedgerFlags.Open(f.LedgerFlags.Options(log.Warn, ledger.Actor("console")), log)
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -47,21 +47,38 @@ func WriteEventsText(w io.Writer, evs []Event) error {
 		if i > 0 {
 			label = ""
 		}
-		change := e.FromState + "->" + e.ToState
-		if e.ToState == "" {
-			change = e.FromState + " (unchanged)"
-		}
-		att := "-"
-		if e.Attempts != nil {
-			att = strconv.Itoa(*e.Attempts)
-		}
-		fmt.Fprintf(bw, "%-11s %d %s UTC %s by %s: %s %s attempts=%s", label, e.ID, esc(e.At), esc(e.Action), esc(e.Actor), esc(change), esc(e.RspCode), att)
-		if e.Detail != "" {
-			fmt.Fprintf(bw, " %s", esc(e.Detail))
-		}
-		fmt.Fprintln(bw)
+		fmt.Fprintf(bw, "%-11s ", label)
+		writeEventLine(bw, e)
 	}
 	return bw.Flush()
+}
+
+// WriteEventsPeriodText writes the events of a period (inspect --events),
+// one line each with its GUID first: the auditor's report, as text.
+func WriteEventsPeriodText(w io.Writer, evs []Event) error {
+	bw := bufio.NewWriter(w)
+	for _, e := range evs {
+		fmt.Fprintf(bw, "%s ", esc(e.GUID))
+		writeEventLine(bw, e)
+	}
+	return bw.Flush()
+}
+
+// writeEventLine writes one event's line after its label.
+func writeEventLine(bw *bufio.Writer, e Event) {
+	change := e.FromState + "->" + e.ToState
+	if e.ToState == "" {
+		change = e.FromState + " (unchanged)"
+	}
+	att := "-"
+	if e.Attempts != nil {
+		att = strconv.Itoa(*e.Attempts)
+	}
+	fmt.Fprintf(bw, "%d %s UTC %s by %s: %s %s attempts=%s", e.ID, esc(e.At), esc(e.Action), esc(e.Actor), esc(change), esc(e.RspCode), att)
+	if e.Detail != "" {
+		fmt.Fprintf(bw, " %s", esc(e.Detail))
+	}
+	fmt.Fprintln(bw)
 }
 
 // WriteEventsJSON writes one JSON object per event, one per line.

@@ -59,6 +59,14 @@ type Job func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (Summary, 
 // ledger and the cause) if it could not.
 func RunJob(name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) int {
 	start := time.Now()
+	// A textfile that could not be written at the end is found before the
+	// job changes anything.
+	if jf.MetricsTextfile != "" {
+		if err := metrics.CheckTextfile(jf.MetricsTextfile); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: error: --metrics-textfile %s: %v\n", name, jf.MetricsTextfile, err)
+			return cli.ExitRuntime
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	status, sum := runJob(ctx, name, lf, jf, log, startAttrs, job)
@@ -87,7 +95,7 @@ func runJob(ctx context.Context, name string, lf connect.LedgerFlags, jf JobFlag
 		return cli.ExitRuntime, nil
 	}
 	defer tracing.Flush(log, tp)
-	l, err := backend.Open(db, lf.Options(log.Warn, ledger.Actor(name)))
+	l, err := lf.Open(lf.Options(log.Warn, ledger.Actor(name)), log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
 		return cli.ExitRuntime, nil

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +19,27 @@ type JobCount struct {
 }
 
 const lastSuccessMetric = "dedup_job_last_success_timestamp_seconds"
+
+// CheckTextfile reports, before a job changes anything, a textfile path
+// whose file WriteJobTextfile could not write: a directory that does not
+// exist, is not one, or refuses a new file. It creates and removes one
+// temporary file there, as the write will.
+func CheckTextfile(path string) error {
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".check*")
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("directory %s: %w", dir, err)
+	}
+	tmp.Close()
+	return os.Remove(tmp.Name())
+}
 
 // WriteJobTextfile writes the node_exporter textfile of one job run to path,
 // atomically (a temporary file in the same directory, then rename). The

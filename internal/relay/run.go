@@ -144,6 +144,21 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 		return fail("%v", err)
 	}
 	connect.WarnDB(log, f.DB, f.DBInsecure)
+	// The addresses next: one that is taken or not this host's is refused
+	// naming its flag before the ledger is opened or created. Connections
+	// that arrive meanwhile wait in the listen backlog until Serve.
+	ln, err := net.Listen("tcp", f.Listen)
+	if err != nil {
+		return fail("--listen %s: %v", f.Listen, err)
+	}
+	defer ln.Close()
+	var mln net.Listener
+	if f.MetricsListen != "" {
+		if mln, err = net.Listen("tcp", f.MetricsListen); err != nil {
+			return fail("--metrics-listen %s: %v", f.MetricsListen, err)
+		}
+		defer mln.Close()
+	}
 	// Tracing as the OTEL_ variables ask (none set: off, nothing exported
 	// or attempted). A malformed variable is refused before the ledger is
 	// opened, like a bad flag's file.
@@ -187,7 +202,7 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 		opts.OnCommit = m.Commit
 		opts.OnNotCommitted = m.NotCommitted
 	}
-	l, err := backend.Open(f.DB, opts)
+	l, err := connect.Open(f.DB, opts, log)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -220,19 +235,11 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	if err := core.Reach(context.Background()); err != nil {
 		log.Warn("the core accepts no connection: every new GUID will get E902 until it does; serving anyway", "core", f.Core, "error", err)
 	}
-	ln, err := net.Listen("tcp", f.Listen)
-	if err != nil {
-		return fail("%v", err)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	metricsAddr := "off"
 	if m != nil {
-		addr, closeMetrics, err := serveMetrics(f, log, m, l, srv)
-		if err != nil {
-			ln.Close()
-			return fail("--metrics-listen %s: %v", f.MetricsListen, err)
-		}
+		addr, closeMetrics := serveMetrics(f, log, m, l, srv, mln)
 		defer closeMetrics()
 		metricsAddr = addr
 	}
@@ -289,13 +296,9 @@ func newServer(f *Flags, log *slog.Logger, hooks Hooks, l ledger.Ledger, core *c
 }
 
 // serveMetrics serves /metrics, /healthz and /readyz on --metrics-listen
-// and refreshes the ledger gauges; it returns the bound address and what
-// stops both.
-func serveMetrics(f *Flags, log *slog.Logger, m *metrics.Relay, l ledger.Ledger, srv *Server) (string, func(), error) {
-	mln, err := net.Listen("tcp", f.MetricsListen)
-	if err != nil {
-		return "", nil, err
-	}
+// (bound by run before the ledger was opened) and refreshes the ledger
+// gauges; it returns the bound address and what stops both.
+func serveMetrics(f *Flags, log *slog.Logger, m *metrics.Relay, l ledger.Ledger, srv *Server, mln net.Listener) (string, func()) {
 	ms := metrics.NewServer(m, l, f.MetricsRefresh.D(), srv.Serving)
 	ms.SetLogger(log)
 	hs := &http.Server{Handler: ms.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -304,7 +307,7 @@ func serveMetrics(f *Flags, log *slog.Logger, m *metrics.Relay, l ledger.Ledger,
 	go ms.RunRefresher(rctx, func(err error) { log.Warn("ledger gauges not refreshed", "error", err) })
 	addr := mln.Addr().String()
 	cli.Listening(os.Stderr, f.LogFormat, "metrics addr="+addr)
-	return addr, func() { stopRefresh(); hs.Close() }, nil
+	return addr, func() { stopRefresh(); hs.Close() }
 }
 
 // shutdown stops accepting, lets every transaction in flight finish and be
