@@ -100,7 +100,7 @@ func resolveRow(ctx context.Context, l ledger.Ledger, core *coreapi.Client, row 
 			return "", nil
 		}
 		out = ledger.Outcome{State: dedup.StateDone, RspCode: dedup.CodeOK, Response: lhstd.Reply(row.Request, dedup.CodeOK, lk.Body),
-			Detail: "core lookup: 200, applied (" + strings.TrimSpace(string(lk.Body)) + ")"}
+			Detail: "core lookup: 200, applied (" + replyFields(lk.Body) + ")"}
 	case coreapi.NotFound:
 		out = ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent, Detail: "core lookup: 404 NOT_FOUND"}
 	default:
@@ -122,4 +122,14 @@ func resolveRow(ctx context.Context, l ledger.Ledger, core *coreapi.Client, row 
 	}
 	log.Info("resolve: settled", tracing.LogAttrs(ctx, "guid", row.GUID, "state", "UNKNOWN->"+string(out.State), "code", out.RspCode, "attempts", row.Attempts)...)
 	return out.State, nil
+}
+
+// replyFields is a 0000 reply body as a person reads it in an event's
+// detail: ref=... balance=... processed_at=..., not one run of digits.
+func replyFields(body []byte) string {
+	r, err := lhstd.ParseTransferResponseBody(body)
+	if err != nil {
+		return strings.TrimSpace(string(body))
+	}
+	return fmt.Sprintf("ref=%s balance=%d processed_at=%s", r.Ref, r.Balance, r.ProcessedAt)
 }
