@@ -108,3 +108,53 @@ func CodeMeaning(code string) string {
 	}
 	return "unknown code"
 }
+
+// Finding is the class of one GUID in a day's reconciliation against the
+// core's journal (docs/reconcile.md): the first of the classes, in
+// Findings' order, that applies to it.
+type Finding string
+
+// The classes of a reconciliation finding, in the order they are judged
+// and counted.
+const (
+	// FindingAppliedTwice: the core applied the GUID two or more times (two
+	// journal lines, or a line whose ref is not the row's).
+	FindingAppliedTwice Finding = "applied_twice"
+	// FindingMismatch: one line whose from, to or amount differ from the
+	// row's stored request.
+	FindingMismatch Finding = "mismatch"
+	// FindingAppliedButFailed: one line, and the row is FAILED: rule 3 was
+	// broken somewhere, and a resend would debit again.
+	FindingAppliedButFailed Finding = "applied_but_failed"
+	// FindingResolved: one line, and the row was UNKNOWN: resolved from the
+	// journal.
+	FindingResolved Finding = "resolved"
+	// FindingAppliedInFlight: one line, and the row is SENT or RECEIVED.
+	FindingAppliedInFlight Finding = "applied_in_flight"
+	// FindingAppliedToldFailure: one line, and the row is DONE with a code
+	// other than 0000: the channel was told it failed, and money moved.
+	FindingAppliedToldFailure Finding = "applied_told_failure"
+	// FindingToldSuccessUnapplied: a DONE/0000 row of the day with no
+	// journal line: the channel was told it succeeded, and no money moved.
+	FindingToldSuccessUnapplied Finding = "told_success_unapplied"
+	// FindingNotInLedger: a journal line whose GUID has no row.
+	FindingNotInLedger Finding = "not_in_ledger"
+	// FindingMatched: one line, and a DONE/0000 row with the same ref,
+	// accounts and amount.
+	FindingMatched Finding = "matched"
+)
+
+// Findings lists every class in the order of reconcile's summary line.
+var Findings = []Finding{FindingMatched, FindingResolved, FindingAppliedButFailed, FindingAppliedInFlight,
+	FindingAppliedTwice, FindingMismatch, FindingAppliedToldFailure, FindingToldSuccessUnapplied, FindingNotInLedger}
+
+// Critical reports whether a finding needs a person: money moved twice, or
+// moved while the channel was told otherwise, or did not move while it was
+// told it did.
+func (f Finding) Critical() bool {
+	switch f {
+	case FindingAppliedTwice, FindingMismatch, FindingAppliedButFailed, FindingAppliedToldFailure, FindingToldSuccessUnapplied:
+		return true
+	}
+	return false
+}

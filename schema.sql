@@ -37,3 +37,40 @@ CREATE INDEX IF NOT EXISTS tx_event_guid ON tx_event(guid, id);
 CREATE INDEX IF NOT EXISTS tx_event_at ON tx_event(at);
 -- settle list and the relay's gauge read the open proposals through it.
 CREATE INDEX IF NOT EXISTS tx_event_proposals ON tx_event(id) WHERE action='propose';
+
+-- Each completed reconciliation against the core's journal (spec:
+-- reconcile.md): its business date (YYYYMMDD), the journal's lines and
+-- control total, and the count of every class of finding.
+CREATE TABLE IF NOT EXISTS reconcile_run (
+    id                     INTEGER PRIMARY KEY AUTOINCREMENT,
+    business_date          TEXT    NOT NULL,
+    at                     TEXT    NOT NULL DEFAULT (datetime('now')),
+    actor                  TEXT    NOT NULL,
+    source                 TEXT    NOT NULL,
+    lines                  INTEGER NOT NULL,
+    amount                 INTEGER NOT NULL,
+    matched                INTEGER NOT NULL,
+    resolved               INTEGER NOT NULL,
+    applied_but_failed     INTEGER NOT NULL,
+    applied_in_flight      INTEGER NOT NULL,
+    applied_twice          INTEGER NOT NULL,
+    mismatch               INTEGER NOT NULL,
+    applied_told_failure   INTEGER NOT NULL,
+    told_success_unapplied INTEGER NOT NULL,
+    not_in_ledger          INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reconcile_run_date ON reconcile_run(business_date, id);
+-- A run's findings for a person: every one but matched and not_in_ledger,
+-- up to a bound per run (the counts above are always whole).
+CREATE TABLE IF NOT EXISTS reconcile_finding (
+    run_id       INTEGER NOT NULL,
+    class        TEXT    NOT NULL,
+    guid         TEXT    NOT NULL,
+    ledger_state TEXT,
+    ledger_code  TEXT,
+    journal_refs TEXT,
+    amount       INTEGER,
+    critical     INTEGER NOT NULL,
+    resolved     INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reconcile_finding_run ON reconcile_finding(run_id, critical);

@@ -32,6 +32,40 @@ CREATE INDEX IF NOT EXISTS tx_event_guid ON tx_event (guid, id);
 CREATE INDEX IF NOT EXISTS tx_event_at ON tx_event (at);
 CREATE INDEX IF NOT EXISTS tx_event_proposals ON tx_event (id) WHERE action='propose';
 
+-- Each completed reconciliation against the core's journal (spec:
+-- reconcile.md), and its findings for a person (schema.sql says more).
+CREATE TABLE IF NOT EXISTS reconcile_run (
+  id                     bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  business_date          text        NOT NULL,
+  at                     timestamptz NOT NULL DEFAULT now(),
+  actor                  text        NOT NULL,
+  source                 text        NOT NULL,
+  lines                  bigint      NOT NULL,
+  amount                 bigint      NOT NULL,
+  matched                bigint      NOT NULL,
+  resolved               bigint      NOT NULL,
+  applied_but_failed     bigint      NOT NULL,
+  applied_in_flight      bigint      NOT NULL,
+  applied_twice          bigint      NOT NULL,
+  mismatch               bigint      NOT NULL,
+  applied_told_failure   bigint      NOT NULL,
+  told_success_unapplied bigint      NOT NULL,
+  not_in_ledger          bigint      NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reconcile_run_date ON reconcile_run (business_date, id);
+CREATE TABLE IF NOT EXISTS reconcile_finding (
+  run_id       bigint  NOT NULL,
+  class        text    NOT NULL,
+  guid         text    NOT NULL,
+  ledger_state text,
+  ledger_code  text,
+  journal_refs text,
+  amount       bigint,
+  critical     boolean NOT NULL,
+  resolved     boolean NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reconcile_finding_run ON reconcile_finding (run_id, critical);
+
 -- Four eyes inside the database (spec: settle.md "Who a person is";
 -- docs/security.md). An operator connects as their own role, a member of
 -- dedup_operator, which may read tx and tx_event and execute these three
@@ -289,7 +323,7 @@ BEGIN
     END;
   END IF;
   IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'dedup_operator') THEN
-    GRANT SELECT ON public.tx, public.tx_event TO dedup_operator;
+    GRANT SELECT ON public.tx, public.tx_event, public.reconcile_run, public.reconcile_finding TO dedup_operator;
     GRANT EXECUTE ON FUNCTION public.dedup_settle_propose(text, text, text, text, bigint, text, text, jsonb),
       public.dedup_settle_approve(bigint, text, text, jsonb),
       public.dedup_settle_reject(bigint, text, text, jsonb) TO dedup_operator;

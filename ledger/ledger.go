@@ -78,7 +78,8 @@ const (
 	ActionSweep   = "sweep"   // the orphan sweep moved a SENT/RECEIVED row to UNKNOWN
 	ActionReclaim = "reclaim" // a FAILED/E902 row reclaimed for a send (relay or reprocess)
 	ActionOutcome = "outcome" // the outcome of a reclaimed send
-	ActionResolve = "resolve" // resolve settled an UNKNOWN row by inquiry
+	ActionResolve   = "resolve"   // resolve resolved an UNKNOWN row by inquiry
+	ActionReconcile = "reconcile" // reconcile resolved an UNKNOWN or FAILED row from the core's journal
 	ActionPropose = "propose" // an operator proposed a decision (settle propose); the row is unchanged
 	ActionApprove = "approve" // a second operator approved it: the row changed
 	ActionReject  = "reject"  // a second operator rejected it; the row is unchanged
@@ -170,6 +171,29 @@ type Ledger interface {
 	// Resolve records resolve's verdict on an UNKNOWN row, fenced on the
 	// state, attempts and updated_at that were selected.
 	Resolve(ctx context.Context, selected Row, o Outcome) (recorded bool, err error)
+	// ResolveFromJournal records reconcile's verdict: an UNKNOWN or FAILED
+	// row the core's journal proves applied becomes DONE/0000 with
+	// o.Response, fenced on the state, attempts and updated_at that were
+	// read, with a reconcile event (o.Detail) in the same transaction.
+	ResolveFromJournal(ctx context.Context, selected Row, o Outcome) (recorded bool, err error)
+	// GetMany returns the rows of guids that exist, in no particular
+	// order: one read for a batch of GUIDs.
+	GetMany(ctx context.Context, guids []string) ([]Row, error)
+	// DoneSlice returns one slice of the DONE/0000 rows that may belong to
+	// business date day (YYYY-MM-DD): those finished since two days before
+	// it, in the state index's order, after the mark after (nil: from the
+	// first), up to and including the limit-th row's updated_at (with all
+	// its ties). next is nil once the last slice is read. Each slice is
+	// its own short read.
+	DoneSlice(ctx context.Context, day string, after *Mark, limit int) (rows []Row, next *Mark, err error)
+	// AddReconcileRun keeps a completed reconciliation and its findings in
+	// one transaction and returns the run's id.
+	AddReconcileRun(ctx context.Context, r ReconcileRun) (int64, error)
+	// ReconcileRuns lists the last limit runs, newest first, of business
+	// date date (YYYYMMDD; "" for every date), without their findings.
+	ReconcileRuns(ctx context.Context, date string, limit int) ([]ReconcileRun, error)
+	// ReconcileFindings returns the findings kept for a run, critical first.
+	ReconcileFindings(ctx context.Context, runID int64) ([]ReconcileFinding, error)
 	// SweepOrphans moves SENT/RECEIVED rows not updated for longer than
 	// after to UNKNOWN/E901 and returns how many it moved.
 	SweepOrphans(ctx context.Context, after time.Duration) (int64, error)
@@ -430,4 +454,39 @@ type Desk interface {
 	ProposeInLedger(ctx context.Context, p Proposed, host string, vouched *Vouched) (id int64, err error)
 	ApproveInLedger(ctx context.Context, id int64, reason, host string, vouched *Vouched) (Decided, error)
 	RejectInLedger(ctx context.Context, id int64, reason, host string, vouched *Vouched) error
+}
+
+// ReconcileRun is one completed reconciliation of a business date against
+// the core's journal (docs/reconcile.md).
+type ReconcileRun struct {
+	ID     int64
+	Date   string // the business date, YYYYMMDD
+	At     string // when it was kept, UTC, as the database keeps it
+	Actor  string // reconcile@HOST
+	Source string // the journal's file, or the core's URL
+	Lines  int64  // the journal's lines
+	Amount int64  // the sum of the journal's amounts: the control total
+	// Counts is the number of GUIDs of each class (dedup.Findings).
+	Counts map[dedup.Finding]int64
+	// Findings are the findings kept for a person (every class but
+	// matched and not_in_ledger), at most MaxKeptFindings of them.
+	Findings []ReconcileFinding
+}
+
+// MaxKeptFindings bounds the findings kept in the ledger per run, so that
+// a run against the wrong day's journal cannot hold the write lock for
+// long; the counts are always whole, and reconcile's output lists every
+// finding.
+const MaxKeptFindings = 10000
+
+// ReconcileFinding is one GUID's finding in a run.
+type ReconcileFinding struct {
+	Class  dedup.Finding
+	GUID   string
+	State  string   // the row's state when judged ("" if none)
+	Code   string   // the row's rsp_code ("" if none)
+	Refs   []string // the journal's refs for the GUID, in the journal's order
+	Amount int64
+	// Resolved reports that reconcile turned the row DONE/0000.
+	Resolved bool
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"dedup"
@@ -205,4 +206,99 @@ func CountSliceWith(after *Mark, limit int, edge func(lo any, offset int) (at an
 		return 0, nil, err
 	}
 	return n, next, nil
+}
+
+// ReadReconcileRuns reads and closes a selection of ReconcileRuns'
+// columns (runs without their findings).
+func ReadReconcileRuns(sel Selection, err error, translate TranslateError) ([]ReconcileRun, error) {
+	return readAll(sel, err, "reconcile runs", translate, func(c Cursor) ([]ReconcileRun, error) {
+		var out []ReconcileRun
+		for c.Next() {
+			r := ReconcileRun{Counts: map[dedup.Finding]int64{}}
+			counts := make([]int64, len(ReconcileColumns))
+			dest := []any{&r.ID, &r.Date, &r.At, &r.Actor, &r.Source, &r.Lines, &r.Amount}
+			for i := range counts {
+				dest = append(dest, &counts[i])
+			}
+			if err := c.Scan(dest...); err != nil {
+				return nil, fmt.Errorf("read reconcile runs: %w", translate(err))
+			}
+			for i, class := range ReconcileColumns {
+				r.Counts[class] = counts[i]
+			}
+			out = append(out, r)
+		}
+		if err := c.Err(); err != nil {
+			return nil, fmt.Errorf("read reconcile runs: %w", translate(err))
+		}
+		return out, nil
+	})
+}
+
+// ReadReconcileFindings reads and closes a selection of a run's findings.
+func ReadReconcileFindings(sel Selection, err error, translate TranslateError) ([]ReconcileFinding, error) {
+	return readAll(sel, err, "reconcile findings", translate, func(c Cursor) ([]ReconcileFinding, error) {
+		var out []ReconcileFinding
+		for c.Next() {
+			var f ReconcileFinding
+			var class, refs string
+			var critical, resolved int64
+			if err := c.Scan(&class, &f.GUID, &f.State, &f.Code, &refs, &f.Amount, &critical, &resolved); err != nil {
+				return nil, fmt.Errorf("read reconcile findings: %w", translate(err))
+			}
+			f.Class, f.Resolved = dedup.Finding(class), resolved != 0
+			if refs != "" {
+				f.Refs = strings.Split(refs, ",")
+			}
+			out = append(out, f)
+		}
+		if err := c.Err(); err != nil {
+			return nil, fmt.Errorf("read reconcile findings: %w", translate(err))
+		}
+		return out, nil
+	})
+}
+
+// ReconcileColumns are the classes in the order of reconcile_run's count
+// columns (and of AddReconcileRun's arguments after amount).
+var ReconcileColumns = []dedup.Finding{dedup.FindingMatched, dedup.FindingResolved, dedup.FindingAppliedButFailed,
+	dedup.FindingAppliedInFlight, dedup.FindingAppliedTwice, dedup.FindingMismatch, dedup.FindingAppliedToldFailure,
+	dedup.FindingToldSuccessUnapplied, dedup.FindingNotInLedger}
+
+// ReconcileRunArgs are AddReconcileRun's arguments for r.
+func ReconcileRunArgs(r ReconcileRun) []any {
+	args := []any{r.Date, r.Actor, r.Source, r.Lines, r.Amount}
+	for _, class := range ReconcileColumns {
+		args = append(args, r.Counts[class])
+	}
+	return args
+}
+
+// ReconcileFindingArgs are AddReconcileFinding's arguments for f of run id.
+func ReconcileFindingArgs(id int64, f ReconcileFinding) []any {
+	var state, code, refs any
+	if f.State != "" {
+		state = f.State
+	}
+	if f.Code != "" {
+		code = f.Code
+	}
+	if len(f.Refs) > 0 {
+		refs = strings.Join(f.Refs, ",")
+	}
+	return []any{id, string(f.Class), f.GUID, state, code, refs, f.Amount, f.Class.Critical(), f.Resolved}
+}
+
+// KeptFindings is the part of r's findings a run keeps in the ledger:
+// critical ones first, at most MaxKeptFindings.
+func KeptFindings(r ReconcileRun) []ReconcileFinding {
+	kept := make([]ReconcileFinding, 0, min(len(r.Findings), MaxKeptFindings))
+	for _, critical := range []bool{true, false} {
+		for _, f := range r.Findings {
+			if f.Class.Critical() == critical && len(kept) < MaxKeptFindings {
+				kept = append(kept, f)
+			}
+		}
+	}
+	return kept
 }

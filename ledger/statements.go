@@ -19,6 +19,8 @@ var SQL = struct {
 	Get, Confirm, ConfirmMany, Now, SelectUnknown, SelectFailed, SelectState Statement
 	CountExhausted, CountPurgeable, Stats, SliceEdge, SliceCount, EventsOf   Statement
 	EventByID, ProposalClosed                                                Statement
+	GetMany, DoneSliceEdge, DoneSlice, ResolveFromJournal                    Statement
+	AddReconcileRun, AddReconcileFinding, ReconcileRuns, ReconcileFindings  Statement
 }{
 	// Rule 1, one claim per GUID: the insert that only one caller can win.
 	// Affected rows = 1 means "mine", with attempt 1.
@@ -237,6 +239,71 @@ WHERE state=$1 AND updated_at > COALESCE($2::timestamptz, '-infinity') AND updat
 		Postgres: `SELECT ` + EventColumnsPostgres + ` FROM tx_event WHERE guid=$1 ORDER BY id`,
 	},
 	// settle approve/reject: one event with its age.
+	// reconcile.md, the journal's GUIDs read in batches: one statement per
+	// batch of lines, not one per line.
+	GetMany: Statement{
+		SQLite:   `SELECT ` + RowColumns.SQLite + ` FROM tx WHERE guid IN (SELECT value FROM json_each(?))`,
+		Postgres: `SELECT ` + RowColumns.Postgres + ` FROM tx WHERE guid = ANY($1)`,
+	},
+	// reconcile.md, the ledger's side of business date D: DONE rows
+	// finished since two days before D's first day (a row decided days
+	// after D counts for D; two days cover any time zone between the
+	// core's clock and the ledger's), read in slices of the state index as
+	// CountSlice reads them, so that no read holds a snapshot for long.
+	DoneSliceEdge: Statement{
+		SQLite: `SELECT updated_at FROM tx INDEXED BY tx_state_updated
+WHERE state='DONE' AND updated_at >= datetime(?1, '-2 days') AND updated_at > COALESCE(?2, '') ORDER BY updated_at LIMIT 1 OFFSET ?3`,
+		Postgres: `SELECT updated_at FROM tx
+WHERE state='DONE' AND updated_at >= $1::date - 2 AND updated_at > COALESCE($2::timestamptz, '-infinity') ORDER BY updated_at LIMIT 1 OFFSET $3`,
+	},
+	DoneSlice: Statement{
+		SQLite: `SELECT ` + RowColumns.SQLite + ` FROM tx INDEXED BY tx_state_updated
+WHERE state='DONE' AND updated_at >= datetime(?1, '-2 days') AND updated_at > COALESCE(?2, '') AND updated_at <= COALESCE(?3, char(1114111)) AND rsp_code='0000'`,
+		Postgres: `SELECT ` + RowColumns.Postgres + ` FROM tx
+WHERE state='DONE' AND updated_at >= $1::date - 2 AND updated_at > COALESCE($2::timestamptz, '-infinity') AND updated_at <= COALESCE($3::timestamptz, 'infinity') AND rsp_code='0000'`,
+	},
+	// reconcile.md, an UNKNOWN or FAILED row the journal proves applied
+	// becomes DONE/0000, fenced on the row exactly as read, with its
+	// reconcile event in the same transaction (SQLite: Event after it).
+	ResolveFromJournal: Statement{
+		SQLite: `UPDATE tx SET state='DONE', rsp_code='0000', response=?, updated_at=datetime('now')
+WHERE guid=? AND state=? AND attempts=? AND updated_at=?`,
+		Postgres: `WITH s AS (UPDATE tx SET state='DONE', rsp_code='0000', response=$1, updated_at=now()
+WHERE guid=$2 AND state=$3 AND attempts=$4 AND updated_at=($5::timestamp AT TIME ZONE 'UTC') RETURNING guid, attempts),
+e AS (INSERT INTO tx_event(guid, actor, action, from_state, to_state, rsp_code, attempts, detail)
+SELECT guid, $6, 'reconcile', $3, 'DONE', '0000', attempts, $7 FROM s)
+SELECT count(*) FROM s`,
+	},
+	// reconcile.md, a completed run and its findings, kept for inspect and
+	// the console.
+	AddReconcileRun: Statement{
+		SQLite: `INSERT INTO reconcile_run(business_date, actor, source, lines, amount, matched, resolved, applied_but_failed,
+applied_in_flight, applied_twice, mismatch, applied_told_failure, told_success_unapplied, not_in_ledger)
+VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id`,
+		Postgres: `INSERT INTO reconcile_run(business_date, actor, source, lines, amount, matched, resolved, applied_but_failed,
+applied_in_flight, applied_twice, mismatch, applied_told_failure, told_success_unapplied, not_in_ledger)
+VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) RETURNING id`,
+	},
+	AddReconcileFinding: Statement{
+		SQLite: `INSERT INTO reconcile_finding(run_id, class, guid, ledger_state, ledger_code, journal_refs, amount, critical, resolved)
+VALUES(?,?,?,?,?,?,?,?,?)`,
+		Postgres: `INSERT INTO reconcile_finding(run_id, class, guid, ledger_state, ledger_code, journal_refs, amount, critical, resolved)
+VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)`,
+	},
+	ReconcileRuns: Statement{
+		SQLite: `SELECT id, business_date, at, actor, source, lines, amount, matched, resolved, applied_but_failed,
+applied_in_flight, applied_twice, mismatch, applied_told_failure, told_success_unapplied, not_in_ledger
+FROM reconcile_run WHERE (?1 = '' OR business_date = ?1) ORDER BY id DESC LIMIT ?2`,
+		Postgres: `SELECT id, business_date, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), actor, source, lines, amount, matched, resolved, applied_but_failed,
+applied_in_flight, applied_twice, mismatch, applied_told_failure, told_success_unapplied, not_in_ledger
+FROM reconcile_run WHERE ($1 = '' OR business_date = $1) ORDER BY id DESC LIMIT $2`,
+	},
+	ReconcileFindings: Statement{
+		SQLite: `SELECT class, guid, COALESCE(ledger_state, ''), COALESCE(ledger_code, ''), COALESCE(journal_refs, ''), COALESCE(amount, 0), critical, resolved
+FROM reconcile_finding WHERE run_id=? ORDER BY critical DESC, rowid`,
+		Postgres: `SELECT class, guid, COALESCE(ledger_state, ''), COALESCE(ledger_code, ''), COALESCE(journal_refs, ''), COALESCE(amount, 0), critical::int, resolved::int
+FROM reconcile_finding WHERE run_id=$1 ORDER BY critical DESC, ctid`,
+	},
 	EventByID: Statement{
 		SQLite:   `SELECT ` + EventColumns + `, ` + EventAge.SQLite + ` FROM tx_event WHERE id=?`,
 		Postgres: `SELECT ` + EventColumnsPostgres + `, ` + EventAge.Postgres + ` FROM tx_event WHERE id=$1`,

@@ -611,7 +611,7 @@ func (l *Ledger) Resolve(ctx context.Context, selected ledger.Row, o ledger.Outc
 	n, err := l.queryCount(ctx, selected.GUID, ledger.SQL.Resolve.Postgres, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt,
 		l.actor, nullable(o.Detail))
 	if err != nil {
-		return false, fmt.Errorf("settle %s: %w", selected.GUID, err)
+		return false, fmt.Errorf("resolve %s: %w", selected.GUID, err)
 	}
 	return n == 1, nil
 }

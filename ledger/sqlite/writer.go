@@ -14,7 +14,7 @@ import (
 )
 
 type writeStmts struct {
-	claim, reclaim, finish, settle, sweepSelect, sweep, purge, purgeEvents, event *sql.Stmt
+	claim, reclaim, finish, resolve, resolveJournal, sweepSelect, sweep, purge, purgeEvents, event *sql.Stmt
 }
 
 func prepareWrites(ctx context.Context, c *sql.Conn) (writeStmts, error) {
@@ -24,7 +24,7 @@ func prepareWrites(ctx context.Context, c *sql.Conn) (writeStmts, error) {
 		query string
 	}{
 		{&s.claim, ledger.SQL.Claim.SQLite}, {&s.reclaim, ledger.SQL.Reclaim.SQLite}, {&s.finish, ledger.SQL.Finish.SQLite},
-		{&s.settle, ledger.SQL.Resolve.SQLite}, {&s.sweepSelect, ledger.SQL.SweepSelect.SQLite}, {&s.sweep, ledger.SQL.Sweep.SQLite}, {&s.purge, ledger.SQL.Purge.SQLite}, {&s.purgeEvents, ledger.SQL.PurgeEvents.SQLite}, {&s.event, ledger.SQL.Event.SQLite},
+		{&s.resolve, ledger.SQL.Resolve.SQLite}, {&s.resolveJournal, ledger.SQL.ResolveFromJournal.SQLite}, {&s.sweepSelect, ledger.SQL.SweepSelect.SQLite}, {&s.sweep, ledger.SQL.Sweep.SQLite}, {&s.purge, ledger.SQL.Purge.SQLite}, {&s.purgeEvents, ledger.SQL.PurgeEvents.SQLite}, {&s.event, ledger.SQL.Event.SQLite},
 	} {
 		st, err := c.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -37,7 +37,7 @@ func prepareWrites(ctx context.Context, c *sql.Conn) (writeStmts, error) {
 }
 
 func (s writeStmts) close() {
-	for _, st := range []*sql.Stmt{s.claim, s.reclaim, s.finish, s.settle, s.sweepSelect, s.sweep, s.purge, s.purgeEvents, s.event} {
+	for _, st := range []*sql.Stmt{s.claim, s.reclaim, s.finish, s.resolve, s.resolveJournal, s.sweepSelect, s.sweep, s.purge, s.purgeEvents, s.event} {
 		if st != nil {
 			st.Close()
 		}
@@ -329,9 +329,9 @@ func (l *Ledger) Resolve(ctx context.Context, selected ledger.Row, o ledger.Outc
 	ev := func(ctx context.Context, s *writeStmts) error {
 		return l.event(ctx, s, selected.GUID, ledger.ActionResolve, "UNKNOWN", string(o.State), o.RspCode, selected.Attempts, nullable(o.Detail))
 	}
-	n, err := l.execCountThen(ctx, func(s *writeStmts) *sql.Stmt { return s.settle }, ev, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt)
+	n, err := l.execCountThen(ctx, func(s *writeStmts) *sql.Stmt { return s.resolve }, ev, string(o.State), o.RspCode, o.Response, selected.GUID, selected.Attempts, selected.UpdatedAt)
 	if err != nil {
-		return false, fmt.Errorf("settle %s: %w", selected.GUID, err)
+		return false, fmt.Errorf("resolve %s: %w", selected.GUID, err)
 	}
 	return n == 1, nil
 }

@@ -1,0 +1,106 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"dedup/ledger"
+)
+
+// ResolveFromJournal records reconcile's verdict on an UNKNOWN or FAILED
+// row (docs/reconcile.md), fenced on the row as read, with its reconcile
+// event in the same statement.
+func (l *Ledger) ResolveFromJournal(ctx context.Context, selected ledger.Row, o ledger.Outcome) (bool, error) {
+	n, err := l.queryCount(ctx, selected.GUID, ledger.SQL.ResolveFromJournal.Postgres, o.Response, selected.GUID,
+		string(selected.State), selected.Attempts, selected.UpdatedAt, l.actor, nullable(o.Detail))
+	if err != nil {
+		return false, fmt.Errorf("reconcile %s: %w", selected.GUID, err)
+	}
+	return n == 1, nil
+}
+
+// GetMany returns the rows of guids that exist, in one query.
+func (l *Ledger) GetMany(ctx context.Context, guids []string) ([]ledger.Row, error) {
+	if len(guids) == 0 {
+		return nil, nil
+	}
+	return l.selectRows(ctx, fmt.Sprintf("%d rows", len(guids)), ledger.SQL.GetMany.Postgres, guids)
+}
+
+// DoneSlice returns one slice of the DONE/0000 rows that may belong to
+// business date day, in two short reads of the state index.
+func (l *Ledger) DoneSlice(ctx context.Context, day string, after *ledger.Mark, limit int) ([]ledger.Row, *ledger.Mark, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	var lo any
+	if after != nil {
+		lo = after.UpdatedAt
+	}
+	var at time.Time
+	var hi any
+	var next *ledger.Mark
+	err := l.pool.QueryRow(ctx, ledger.SQL.DoneSliceEdge.Postgres, day, lo, max(limit, 1)-1).Scan(&at)
+	switch {
+	case err == nil:
+		hi, next = at, &ledger.Mark{UpdatedAt: at}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, nil, fmt.Errorf("done rows of %s: %w", day, translate(err))
+	}
+	rows, err := l.selectRows(ctx, "done rows of "+day, ledger.SQL.DoneSlice.Postgres, day, lo, hi)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rows, next, nil
+}
+
+// AddReconcileRun keeps a completed run and its findings in one
+// transaction of its own.
+func (l *Ledger) AddReconcileRun(ctx context.Context, r ledger.ReconcileRun) (int64, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	var id int64
+	kept := ledger.KeptFindings(r)
+	err := l.onConn(ctx, func(c *pgxpool.Conn) error {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			return translate(err)
+		}
+		defer tx.Rollback(ctx)
+		if err := tx.QueryRow(ctx, ledger.SQL.AddReconcileRun.Postgres, ledger.ReconcileRunArgs(r)...).Scan(&id); err != nil {
+			return translate(err)
+		}
+		var b pgx.Batch
+		for _, f := range kept {
+			b.Queue(ledger.SQL.AddReconcileFinding.Postgres, ledger.ReconcileFindingArgs(id, f)...)
+		}
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return translate(err)
+		}
+		return l.commit(ctx, tx)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("keep the reconciliation of %s: %w", r.Date, err)
+	}
+	return id, nil
+}
+
+// ReconcileRuns lists the last limit runs of date ("" for every date).
+func (l *Ledger) ReconcileRuns(ctx context.Context, date string, limit int) ([]ledger.ReconcileRun, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	rows, err := l.pool.Query(ctx, ledger.SQL.ReconcileRuns.Postgres, date, limit)
+	return ledger.ReadReconcileRuns(selection{rows}, err, translate)
+}
+
+// ReconcileFindings returns the findings kept for a run, critical first.
+func (l *Ledger) ReconcileFindings(ctx context.Context, runID int64) ([]ledger.ReconcileFinding, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	rows, err := l.pool.Query(ctx, ledger.SQL.ReconcileFindings.Postgres, runID)
+	return ledger.ReadReconcileFindings(selection{rows}, err, translate)
+}

@@ -1,0 +1,98 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"dedup/ledger"
+)
+
+// ResolveFromJournal records reconcile's verdict on an UNKNOWN or FAILED
+// row (docs/reconcile.md): DONE/0000 with o.Response, fenced on the state,
+// attempts and updated_at that were read, and its reconcile event in the
+// same transaction. recorded reports whether the row was changed.
+func (l *Ledger) ResolveFromJournal(ctx context.Context, selected ledger.Row, o ledger.Outcome) (recorded bool, err error) {
+	ev := func(ctx context.Context, s *writeStmts) error {
+		return l.event(ctx, s, selected.GUID, ledger.ActionReconcile, string(selected.State), "DONE", "0000", selected.Attempts, nullable(o.Detail))
+	}
+	n, err := l.execCountThen(ctx, func(s *writeStmts) *sql.Stmt { return s.resolveJournal }, ev,
+		o.Response, selected.GUID, string(selected.State), selected.Attempts, selected.UpdatedAt)
+	if err != nil {
+		return false, fmt.Errorf("reconcile %s: %w", selected.GUID, err)
+	}
+	return n == 1, nil
+}
+
+// GetMany returns the rows of guids that exist, in one read through the
+// read pool.
+func (l *Ledger) GetMany(ctx context.Context, guids []string) ([]ledger.Row, error) {
+	if len(guids) == 0 {
+		return nil, nil
+	}
+	list, err := json.Marshal(guids)
+	if err != nil {
+		return nil, fmt.Errorf("get %d rows: %w", len(guids), err)
+	}
+	return l.selectRows(ctx, fmt.Sprintf("%d rows", len(guids)), ledger.SQL.GetMany.SQLite, string(list))
+}
+
+// DoneSlice returns one slice of the DONE/0000 rows that may belong to
+// business date day, in two short reads of the state index.
+func (l *Ledger) DoneSlice(ctx context.Context, day string, after *ledger.Mark, limit int) ([]ledger.Row, *ledger.Mark, error) {
+	var lo any
+	if after != nil {
+		lo = after.UpdatedAt
+	}
+	var at string
+	var hi any
+	var next *ledger.Mark
+	err := l.rdb.QueryRowContext(ctx, ledger.SQL.DoneSliceEdge.SQLite, day, lo, max(limit, 1)-1).Scan(&at)
+	switch {
+	case err == nil:
+		hi, next = at, &ledger.Mark{UpdatedAt: at}
+	case !errors.Is(err, sql.ErrNoRows):
+		return nil, nil, fmt.Errorf("done rows of %s: %w", day, translate(err))
+	}
+	rows, err := l.selectRows(ctx, "done rows of "+day, ledger.SQL.DoneSlice.SQLite, day, lo, hi)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rows, next, nil
+}
+
+// AddReconcileRun keeps a completed run and its findings in one write
+// transaction.
+func (l *Ledger) AddReconcileRun(ctx context.Context, r ledger.ReconcileRun) (int64, error) {
+	var id int64
+	kept := ledger.KeptFindings(r)
+	err := l.submit(ctx, &op{run: func(ctx context.Context, _ *writeStmts) error {
+		if err := l.conn.QueryRowContext(ctx, ledger.SQL.AddReconcileRun.SQLite, ledger.ReconcileRunArgs(r)...).Scan(&id); err != nil {
+			return err
+		}
+		for _, f := range kept {
+			if _, err := l.conn.ExecContext(ctx, ledger.SQL.AddReconcileFinding.SQLite, ledger.ReconcileFindingArgs(id, f)...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}})
+	if err != nil {
+		return 0, fmt.Errorf("keep the reconciliation of %s: %w", r.Date, err)
+	}
+	return id, nil
+}
+
+// ReconcileRuns lists the last limit runs of date ("" for every date).
+func (l *Ledger) ReconcileRuns(ctx context.Context, date string, limit int) ([]ledger.ReconcileRun, error) {
+	rows, err := l.rdb.QueryContext(ctx, ledger.SQL.ReconcileRuns.SQLite, date, limit)
+	return ledger.ReadReconcileRuns(rows, err, translate)
+}
+
+// ReconcileFindings returns the findings kept for a run, critical first.
+func (l *Ledger) ReconcileFindings(ctx context.Context, runID int64) ([]ledger.ReconcileFinding, error) {
+	rows, err := l.rdb.QueryContext(ctx, ledger.SQL.ReconcileFindings.SQLite, runID)
+	return ledger.ReadReconcileFindings(rows, err, translate)
+}
