@@ -89,7 +89,7 @@ func main() {
 	}
 	status, counts := run(kctx.Command(), &f, log)
 	if f.MetricsTextfile != "" {
-		if err := metrics.WriteJobTextfile(f.MetricsTextfile, "settle", start, time.Since(start), status == cli.ExitOK, counts); err != nil {
+		if err := metrics.WriteJobTextfile(f.MetricsTextfile, "settle", start, time.Since(start), status == cli.ExitOK, counts, ""); err != nil {
 			fmt.Fprintf(os.Stderr, "settle: error: metrics textfile: %v\n", err)
 			if status == cli.ExitOK {
 				status = cli.ExitRuntime

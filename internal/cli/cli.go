@@ -82,6 +82,9 @@ const (
 	ExitOK      = 0
 	ExitRuntime = 1
 	ExitUsage   = 2
+	// ExitNeedsPerson: the run completed and its report is complete, and
+	// a person must look at it (reconcile's critical findings).
+	ExitNeedsPerson = 3
 )
 
 var (

@@ -5,6 +5,7 @@
 package fixturecore
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -58,12 +59,31 @@ type Applied struct {
 	ProcessedAt string `json:"processed_at"`
 }
 
+// JournalLine is one application in the core's journal (docs/core-api.md,
+// docs/reconcile.md): the POST's accounts and amount with what the core
+// answered.
+type JournalLine struct {
+	GUID        string `json:"guid"`
+	Ref         string `json:"ref"`
+	From        string `json:"from"`
+	To          string `json:"to"`
+	Amount      int64  `json:"amount"`
+	Balance     int64  `json:"balance"`
+	ProcessedAt string `json:"processed_at"`
+}
+
+// JournalHeader is the journal's first line.
+const JournalHeader = "guid,ref,from,to,amount,balance,processed_at"
+
 // state is everything the core persists.
 type state struct {
 	Stats
 	Balances map[string]int64   `json:"balances"`
 	Applied  map[string]Applied `json:"applied"` // first application per GUID
 	Seq      int64              `json:"seq"`
+	// Journal is every application, in the order applied: a GUID applied
+	// twice has two lines.
+	Journal []JournalLine `json:"journal"`
 }
 
 func newState() state {
@@ -208,6 +228,8 @@ func (c *Core) apply(t transferJSON) (Applied, string, error) {
 	}
 	c.st.AppliedByGUID[t.GUID]++
 	c.st.Transfers++
+	c.st.Journal = append(c.st.Journal, JournalLine{GUID: t.GUID, Ref: a.Ref, From: t.From, To: t.To, Amount: t.Amount,
+		Balance: a.Balance, ProcessedAt: a.ProcessedAt})
 	return a, "", c.save()
 }
 
@@ -216,6 +238,7 @@ func (c *Core) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/transfers", c.postTransfer)
 	mux.HandleFunc("GET /v1/transfers/{guid}", c.getTransfer)
+	mux.HandleFunc("GET /v1/journal", c.getJournal)
 	// Anything else is logged too, so that a test can see every request a
 	// relay made (the relay must send nothing but its claimed transfers).
 	// The 404 carries no NOT_FOUND code: it proves nothing about a GUID.
@@ -346,6 +369,43 @@ func (c *Core) getTransfer(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log("GET /v1/transfers", "guid", guid, "status", 200, "ref", a.Ref)
 	writeJSON(w, http.StatusOK, a)
+}
+
+// Journal returns the lines of business date date (YYYYMMDD), in the
+// order applied.
+func (c *Core) Journal(date string) []JournalLine {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []JournalLine
+	for _, l := range c.st.Journal {
+		if strings.HasPrefix(l.ProcessedAt, date) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// getJournal streams the journal of ?date=YYYYMMDD as CSV.
+func (c *Core) getJournal(w http.ResponseWriter, r *http.Request) {
+	date := r.URL.Query().Get("date")
+	if _, err := time.Parse("20060102", date); err != nil || len(date) != 8 {
+		c.log("GET /v1/journal", "date", date, "status", 400)
+		writeJSON(w, http.StatusBadRequest, map[string]string{"code": "BAD_DATE"})
+		return
+	}
+	lines := c.Journal(date)
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriter(w)
+	bw.WriteString(JournalHeader + "\n")
+	for _, l := range lines {
+		fmt.Fprintf(bw, "%s,%s,%s,%s,%d,%d,%s\n", l.GUID, l.Ref, l.From, l.To, l.Amount, l.Balance, l.ProcessedAt)
+	}
+	if err := bw.Flush(); err != nil {
+		c.log("GET /v1/journal", "date", date, "lines", len(lines), "error", err)
+		return
+	}
+	c.log("GET /v1/journal", "date", date, "status", 200, "lines", len(lines))
 }
 
 // Server is a running fixture core.

@@ -40,8 +40,9 @@ type JobCommandLine interface {
 
 // StartJob parses a batch job's command line into f (exit 2 on a usage
 // error) and returns its logger, having warned of what --db exposes.
-func StartJob(name, description string, f JobCommandLine) *slog.Logger {
-	cli.Parse(name, description, f, os.Args[1:])
+// moreExits are the job's own exit statuses, for --help.
+func StartJob(name, description string, f JobCommandLine, moreExits ...string) *slog.Logger {
+	cli.Parse(name, description, f, os.Args[1:], moreExits...)
 	log := f.Logger(os.Stderr)
 	f.WarnInsecure(log)
 	return log
@@ -77,9 +78,14 @@ func RunJob(name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, 
 				counts = append(counts, metrics.JobCount{Outcome: f.Name, Rows: f.Value})
 			}
 		}
-		if err := metrics.WriteJobTextfile(jf.MetricsTextfile, name, start, time.Since(start), status == cli.ExitOK, counts); err != nil {
+		extra := ""
+		if m, ok := sum.(Metered); ok {
+			extra = m.Textfile()
+		}
+		completed := status == cli.ExitOK || status == cli.ExitNeedsPerson
+		if err := metrics.WriteJobTextfile(jf.MetricsTextfile, name, start, time.Since(start), completed, counts, extra); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: error: metrics textfile: %v\n", name, err)
-			if status == cli.ExitOK {
+			if completed {
 				status = cli.ExitRuntime
 			}
 		}
@@ -106,7 +112,9 @@ func runJob(ctx context.Context, name string, lf connect.LedgerFlags, jf JobFlag
 	if cerr := l.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
-	if err != nil && !errors.Is(err, context.Canceled) {
+	var input InputError
+	isInput := errors.As(err, &input)
+	if err != nil && !errors.Is(err, context.Canceled) && !isInput {
 		err = fmt.Errorf("ledger %s: %w", shown, err)
 	}
 	if err != nil {
@@ -114,12 +122,15 @@ func runJob(ctx context.Context, name string, lf connect.LedgerFlags, jf JobFlag
 	} else {
 		log.Info(name + " finished")
 	}
-	if sum != nil {
+	if sum != nil && !isInput {
 		fmt.Fprintln(os.Stdout, FormatSummary(name, sum, jf.SummaryFormat))
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
 		return cli.ExitRuntime, sum
+	}
+	if p, ok := sum.(NeedsPerson); ok && p.NeedsPerson() {
+		return cli.ExitNeedsPerson, sum
 	}
 	return cli.ExitOK, sum
 }
@@ -134,6 +145,12 @@ func FormatSummary(name string, sum Summary, format string) string {
 	b.WriteString(`{"job":`)
 	j, _ := json.Marshal(name)
 	b.Write(j)
+	if l, ok := sum.(Labeled); ok {
+		for _, f := range l.Labels() {
+			v, _ := json.Marshal(f.Value)
+			fmt.Fprintf(&b, `,%q:%s`, f.Name, v)
+		}
+	}
 	for _, f := range sum.Fields() {
 		fmt.Fprintf(&b, `,%q:%d`, f.Name, f.Value)
 	}

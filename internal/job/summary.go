@@ -13,3 +13,38 @@ type Field struct {
 	Name  string
 	Value int64
 }
+
+// NeedsPerson is implemented by a summary whose completed run can still
+// need a person: then the job exits 3, its report complete, and its
+// metrics textfile counts the run a success (reconcile's critical
+// findings).
+type NeedsPerson interface {
+	NeedsPerson() bool
+}
+
+// Label is a text field of a summary.
+type Label struct {
+	Name, Value string
+}
+
+// Labeled is implemented by a summary with text fields that lead its JSON
+// form (reconcile's date).
+type Labeled interface {
+	Labels() []Label
+}
+
+// Metered is implemented by a summary that adds series of its own to the
+// job's metrics textfile (reconcile's findings by class).
+type Metered interface {
+	Textfile() string
+}
+
+// InputError is a job's input that cannot be used (reconcile's journal),
+// found before anything was changed: the job prints it as it is, with no
+// summary line, and exits 1.
+type InputError struct{ Err error }
+
+func (e InputError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the input's own error.
+func (e InputError) Unwrap() error { return e.Err }

@@ -44,8 +44,9 @@ func CheckTextfile(path string) error {
 // WriteJobTextfile writes the node_exporter textfile of one job run to path,
 // atomically (a temporary file in the same directory, then rename). The
 // last-success timestamp advances only if ok; otherwise the previous
-// file's value is kept.
-func WriteJobTextfile(path, job string, start time.Time, took time.Duration, ok bool, counts []JobCount) error {
+// file's value is kept. extra, if not empty, is appended as it is: a
+// job's own series.
+func WriteJobTextfile(path, job string, start time.Time, took time.Duration, ok bool, counts []JobCount, extra string) error {
 	label := fmt.Sprintf(`{job=%q}`, job)
 	lastSuccess := ""
 	if ok {
@@ -60,7 +61,7 @@ func WriteJobTextfile(path, job string, start time.Time, took time.Duration, ok 
 	gauge("dedup_job_last_run_timestamp_seconds", "When the job last ran (Unix time), whatever its outcome.")
 	fmt.Fprintf(&b, "dedup_job_last_run_timestamp_seconds%s %.3f\n", label, float64(start.UnixMilli())/1000)
 	if lastSuccess != "" {
-		gauge(lastSuccessMetric, "When the job last ran to its end with exit status 0 (Unix time).")
+		gauge(lastSuccessMetric, "When the job last ran to its end (exit status 0, or 3: a complete report that needs a person) (Unix time).")
 		fmt.Fprintf(&b, "%s%s %s\n", lastSuccessMetric, label, lastSuccess)
 	}
 	gauge("dedup_job_duration_seconds", "How long the job's last run took.")
@@ -71,6 +72,7 @@ func WriteJobTextfile(path, job string, start time.Time, took time.Duration, ok 
 			fmt.Fprintf(&b, "dedup_job_rows{job=%q,outcome=%q} %d\n", job, c.Outcome, c.Rows)
 		}
 	}
+	b.WriteString(extra)
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err

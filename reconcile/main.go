@@ -1,0 +1,77 @@
+// Command reconcile proves a business day against the core's own journal
+// (docs/reconcile.md): it finds every double debit, every channel told
+// success for a transfer that never moved money, every FAILED row the core
+// did apply; resolves the UNKNOWN and FAILED rows the journal proves
+// applied; and leaves every other finding to a person (exit 3).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"dedup/internal/cli"
+	"dedup/internal/connect"
+	"dedup/internal/coreapi"
+	"dedup/internal/job"
+	"dedup/internal/reconcile"
+	"dedup/ledger"
+)
+
+type flags struct {
+	connect.LedgerFlags
+	Date    string `name:"date" placeholder:"YYYYMMDD" help:"The business date to reconcile (default: yesterday, this host's local time)."`
+	Journal string `name:"journal" placeholder:"FILE" help:"Read the day's journal from this CSV file (owned by root or this user, writable by its owner only) instead of --core."`
+	coreapi.Flags
+	DryRun bool `name:"dry-run" help:"Change nothing; report what would change."`
+	job.JobFlags
+	cli.Logging
+}
+
+// Validate asks for a date that exists and exactly one of --core and
+// --journal.
+func (f *flags) Validate(kctx *kong.Context) error {
+	if f.Date != "" {
+		if t, err := time.Parse("20060102", f.Date); err != nil || len(f.Date) != 8 || t.Format("20060102") != f.Date {
+			return fmt.Errorf("--date: %q is not a date YYYYMMDD that exists", f.Date)
+		}
+	}
+	coreGiven := false
+	for _, p := range kctx.Path {
+		if p.Flag != nil && p.Flag.Name == "core" {
+			coreGiven = true
+		}
+	}
+	switch {
+	case coreGiven && f.Journal != "":
+		return errors.New("give one of --core and --journal, not both")
+	case !coreGiven && f.Journal == "":
+		return errors.New("give one of --core (fetch the journal) and --journal (read it from a file)")
+	case coreGiven:
+		return f.Flags.Validate()
+	}
+	return nil
+}
+
+func main() {
+	var f flags
+	log := job.StartJob("reconcile", "Prove a business day against the core's journal: resolve what it proves, report the rest for a person.", &f,
+		"3 the run completed and a finding is critical: a person must look")
+	if f.Date == "" {
+		f.Date = time.Now().AddDate(0, 0, -1).Format("20060102")
+	}
+	var src reconcile.Source = reconcile.FileSource{Path: f.Journal}
+	if f.Journal == "" {
+		src = reconcile.CoreSource{Client: f.MustCoreClient("reconcile"), URL: f.Core, Date: f.Date}
+	}
+	os.Exit(job.RunJob("reconcile", f.LedgerFlags, f.JobFlags, log, []any{"date", f.Date, "journal", src.String(), "dry_run", f.DryRun},
+		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (job.Summary, error) {
+			return reconcile.Run(ctx, l, reconcile.Config{Date: f.Date, Source: src, DryRun: f.DryRun, Out: os.Stdout,
+				JSON: f.SummaryFormat == "json", Log: log})
+		}))
+}
