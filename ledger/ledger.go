@@ -75,15 +75,15 @@ type Outcome struct {
 
 // Event actions (docs/ledger.md "Events").
 const (
-	ActionSweep   = "sweep"   // the orphan sweep moved a SENT/RECEIVED row to UNKNOWN
-	ActionReclaim = "reclaim" // a FAILED/E902 row reclaimed for a send (relay or reprocess)
-	ActionOutcome = "outcome" // the outcome of a reclaimed send
+	ActionSweep     = "sweep"     // the orphan sweep moved a SENT/RECEIVED row to UNKNOWN
+	ActionReclaim   = "reclaim"   // a FAILED/E902 row reclaimed for a send (relay or reprocess)
+	ActionOutcome   = "outcome"   // the outcome of a reclaimed send
 	ActionResolve   = "resolve"   // resolve resolved an UNKNOWN row by inquiry
 	ActionReconcile = "reconcile" // reconcile resolved an UNKNOWN or FAILED row from the core's journal
-	ActionPropose = "propose" // an operator proposed a decision (settle propose); the row is unchanged
-	ActionApprove = "approve" // a second operator approved it: the row changed
-	ActionReject  = "reject"  // a second operator rejected it; the row is unchanged
-	ActionExpire  = "expire"  // it was older than its limit when approved; the row is unchanged
+	ActionPropose   = "propose"   // an operator proposed a decision (settle propose); the row is unchanged
+	ActionApprove   = "approve"   // a second operator approved it: the row changed
+	ActionReject    = "reject"    // a second operator rejected it; the row is unchanged
+	ActionExpire    = "expire"    // it was older than its limit when approved; the row is unchanged
 )
 
 // ErrProposalClosed is returned by Decide when the proposal already has a

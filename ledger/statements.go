@@ -20,7 +20,7 @@ var SQL = struct {
 	CountExhausted, CountPurgeable, Stats, SliceEdge, SliceCount, EventsOf   Statement
 	EventByID, ProposalClosed                                                Statement
 	GetMany, DoneSliceEdge, DoneSlice, ResolveFromJournal                    Statement
-	AddReconcileRun, AddReconcileFinding, ReconcileRuns, ReconcileFindings  Statement
+	AddReconcileRun, AddReconcileFinding, ReconcileRuns, ReconcileFindings   Statement
 }{
 	// Rule 1, one claim per GUID: the insert that only one caller can win.
 	// Affected rows = 1 means "mine", with attempt 1.
