@@ -35,6 +35,8 @@ type flags struct {
 	Since     string      `name:"since" placeholder:"TIME" help:"With --events: from this time (UTC, YYYY-MM-DD or YYYY-MM-DDThh:mm:ss), included."`
 	Until     string      `name:"until" placeholder:"TIME" help:"With --events: up to this time, excluded (default: now)."`
 	Format    string      `name:"format" enum:"text,json,csv" default:"text" help:"text, json (one object per line), or csv (--events only)."`
+	Reconcile bool        `name:"reconcile" help:"The last reconciliations against the core's journal (--limit of them), newest first; with --date, that date's last run and its findings."`
+	Date      string      `name:"date" placeholder:"YYYYMMDD" help:"With --reconcile: the business date whose last run to show with its findings."`
 	Check     bool        `name:"check" help:"Check the whole ledger file's structure (SQLite PRAGMA quick_check: reads every page; run daily by dedup-check.timer). Exit 1 if damaged."`
 	job.JobFlags
 	cli.Logging
@@ -74,6 +76,11 @@ func (f *flags) Validate() error {
 	if f.Check {
 		n++
 	}
+	if f.Reconcile {
+		n++
+	} else if f.Date != "" {
+		return errors.New("--date goes with --reconcile")
+	}
 	if !f.Check && f.MetricsTextfile != "" {
 		return errors.New("--metrics-textfile goes with --check")
 	}
@@ -86,7 +93,7 @@ func (f *flags) Validate() error {
 		return fmt.Errorf("--metrics-textfile %s: the name must end in .prom", f.MetricsTextfile)
 	}
 	if n != 1 {
-		return errors.New("give GUIDs, or --state, or --summary, or --events, or --check (one of them)")
+		return errors.New("give GUIDs, or --state, or --summary, or --events, or --reconcile, or --check (one of them)")
 	}
 	for _, g := range f.GUIDs {
 		if !lhstd.IsGUID(g) {
@@ -149,6 +156,35 @@ func run(f *flags) int {
 		return cli.ExitRuntime
 	}
 	switch {
+	case f.Reconcile:
+		runs, err := l.ReconcileRuns(ctx, f.Date, max(int(f.Limit), 1))
+		if err != nil {
+			return fail(err)
+		}
+		if f.Date != "" && len(runs) > 1 {
+			runs = runs[:1]
+		}
+		out := inspect.Runs(runs)
+		if f.Date != "" && len(out) == 1 {
+			fs, err := l.ReconcileFindings(ctx, out[0].ID)
+			if err != nil {
+				return fail(err)
+			}
+			out[0].Findings = inspect.Findings(fs)
+		}
+		var werr error
+		if f.Format == "json" {
+			werr = inspect.WriteRunsJSON(os.Stdout, out)
+		} else {
+			werr = inspect.WriteRunsText(os.Stdout, out)
+		}
+		if werr != nil {
+			return failWrite(werr)
+		}
+		if f.Date != "" && len(out) == 0 {
+			fmt.Fprintf(os.Stderr, "inspect: no reconciliation of %s kept in this ledger\n", f.Date)
+			return ExitNotFound
+		}
 	case f.Events:
 		since, _ := parseTime(f.Since)
 		var until time.Time
