@@ -212,6 +212,7 @@ func exportedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 		append([]string{"resolve", "--db", db, "--core", c.url, "--min-age", "0"}, pki.coreArgs()...),
 		append([]string{"reprocess", "--db", db, "--core", c.url}, pki.coreArgs()...),
 		{"purge", "--db", db, "--days", "3"},
+		append([]string{"reconcile", "--db", db, "--core", c.url, "--date", today()}, pki.coreArgs()...),
 	} {
 		file := filepath.Join(dir, job[0]+".prom")
 		res := runJob(t, job[0], append(job[1:], "--metrics-textfile", file)...)

@@ -53,7 +53,7 @@ check_dir() { # PATH MODE OWNER:GROUP
 check_dir /var/lib/dedup 700 dedup:dedup
 check_dir /var/log/dedup 750 dedup:dedup
 check_dir /var/lib/node_exporter/textfile 775 root:dedup
-for u in dedup-relay.service dedup-console.service dedup-resolve.service dedup-resolve.timer dedup-reprocess.service dedup-reprocess.timer dedup-purge.service dedup-purge.timer dedup-check.service dedup-check.timer; do
+for u in dedup-relay.service dedup-console.service dedup-resolve.service dedup-resolve.timer dedup-reprocess.service dedup-reprocess.timer dedup-purge.service dedup-purge.timer dedup-check.service dedup-check.timer dedup-reconcile.service dedup-reconcile.timer; do
   [ -f "/lib/systemd/system/$u" ] || fail "unit $u not installed"
 done
 ok "units installed in /lib/systemd/system"
@@ -63,10 +63,10 @@ if command -v systemd-analyze >/dev/null; then
   echo "  systemd-analyze security (offline) of dedup-relay.service:"
   systemd-analyze security --offline=true /lib/systemd/system/dedup-relay.service 2>/dev/null | tail -n 1 | sed 's/^/    /'
 fi
-for t in resolve reprocess purge; do
+for t in resolve reprocess purge check reconcile; do
   [ -L "/etc/systemd/system/timers.target.wants/dedup-$t.timer" ] || fail "dedup-$t.timer not enabled"
 done
-ok "the three timers enabled"
+ok "the five timers enabled"
 [ ! -e /etc/systemd/system/multi-user.target.wants/dedup-relay.service ] || fail "the relay was enabled before it was configured"
 ok "the relay not enabled (not configured yet)"
 [ ! -e /etc/systemd/system/multi-user.target.wants/dedup-console.service ] || fail "the console was enabled before it was configured"
@@ -91,6 +91,11 @@ man -w relay >/dev/null 2>&1 || [ -f /usr/share/man/man1/relay.1.gz ] || fail "n
 grep -q DedupSettleProposalWaiting /usr/share/dedup/prometheus/alerts.yml || fail "the settle alert is not shipped"
 cmp -s deploy/grafana/dedup.json /usr/share/dedup/grafana/dedup.json || fail "the Grafana dashboard is not shipped as deploy/grafana/dedup.json"
 ok "man pages installed (settle's too), settle and its alert shipped"
+/usr/bin/reconcile --version >/dev/null || fail "reconcile is not installed"
+[ -f /usr/share/man/man1/reconcile.1.gz ] || fail "no man page for reconcile"
+[ -f /etc/dedup/reconcile.env ] && ! grep -qi 'password=' /etc/dedup/reconcile.env || fail "reconcile.env missing or holds a password"
+grep -q DedupReconcileCritical /usr/share/dedup/prometheus/alerts.yml || fail "the reconcile alerts are not shipped"
+ok "reconcile installed with its man page, reconcile.env and its alerts"
 
 /usr/bin/fixturecore --listen 127.0.0.1:0 --quiet 2>"$work/core.log" &
 core_pid=$!

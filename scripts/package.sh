@@ -87,11 +87,11 @@ CONTROL
 
 # --- dedup ---
 s="$work/dedup"
-build "$s/usr/bin" ./relay ./resolve ./reprocess ./purge ./inspect ./settle ./console
+build "$s/usr/bin" ./relay ./resolve ./reprocess ./purge ./reconcile ./inspect ./settle ./console
 install -d -m 0755 "$s/lib/systemd/system" "$s/etc/dedup" "$s/etc/logrotate.d" "$s/etc/cron.d" \
   "$s/usr/share/dedup" "$s/usr/share/dedup/prometheus" "$s/usr/share/dedup/grafana" "$s/usr/share/doc/dedup/docs" "$s/usr/share/doc/dedup/examples"
 install -m 0644 deploy/systemd/*.service deploy/systemd/*.timer "$s/lib/systemd/system/"
-install -m 0644 deploy/etc/relay.env deploy/etc/jobs.env deploy/etc/console.env "$s/etc/dedup/"
+install -m 0644 deploy/etc/relay.env deploy/etc/jobs.env deploy/etc/reconcile.env deploy/etc/console.env "$s/etc/dedup/"
 install -m 0644 deploy/logrotate/dedup "$s/etc/logrotate.d/dedup"
 install -m 0644 deploy/prometheus/alerts.yml deploy/prometheus/alerts_test.yml "$s/usr/share/dedup/prometheus/"
 install -m 0644 deploy/grafana/dedup.json "$s/usr/share/dedup/grafana/"
@@ -103,11 +103,11 @@ install -m 0644 deploy/cron.example "$s/usr/share/doc/dedup/examples/cron"
 install -m 0644 deploy/sudoers/dedup "$s/usr/share/dedup/sudoers"
 gzip -9nc README.md >"$s/usr/share/doc/dedup/README.md.gz"
 for d in docs/*.md; do gzip -9nc "$d" >"$s/usr/share/doc/dedup/docs/$(basename "$d").gz"; done
-for b in relay resolve reprocess purge inspect settle console; do manpage "$s/usr/bin/$b" 1 "$s/usr/share/man/man1"; done
+for b in relay resolve reprocess purge reconcile inspect settle console; do manpage "$s/usr/bin/$b" 1 "$s/usr/share/man/man1"; done
 docfiles dedup "$s/usr/share/doc/dedup"
 install -m 0755 deploy/debian/postinst deploy/debian/prerm deploy/debian/postrm "$s/DEBIAN/" 2>/dev/null || {
   mkdir -p "$s/DEBIAN"; install -m 0755 deploy/debian/postinst deploy/debian/prerm deploy/debian/postrm "$s/DEBIAN/"; }
-printf '/etc/dedup/relay.env\n/etc/dedup/jobs.env\n/etc/dedup/console.env\n/etc/logrotate.d/dedup\n' >"$s/DEBIAN/conffiles"
+printf '/etc/dedup/relay.env\n/etc/dedup/jobs.env\n/etc/dedup/reconcile.env\n/etc/dedup/console.env\n/etc/logrotate.d/dedup\n' >"$s/DEBIAN/conffiles"
 control dedup "adduser, sudo, libc6 (>= 2.34)" "relay that never applies a bank transfer twice" \
 "dedup stands between a bank's channels (mobile, internet banking, ATM) and
 its core banking system, and makes sure that a transfer retransmitted with
@@ -116,7 +116,7 @@ shared PostgreSQL), retransmissions answered from it, in-doubt transfers
 settled by inquiry, and only what surely never arrived sent again.
 .
 This package holds the relay service and its batch jobs (resolve, reprocess,
-purge) with their systemd timers, inspect, the operators' console (HTTPS,
+purge, reconcile) with their systemd timers, inspect, the operators' console (HTTPS,
 each person known by a client certificate), and settle (an operator's decision
 with four eyes, on the record: operators, members of the group
 dedup-operators, run it through sudo as the dedup account)." "$s"
