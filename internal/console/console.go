@@ -114,7 +114,7 @@ func New(l ledger.Ledger, opts Options) (*Server, error) {
 	}
 	s := &Server{l: l, desk: settle.DeskFor(l), opts: opts, key: key, pages: map[string]*template.Template{},
 		limit: newLimiter(opts.Now)}
-	for _, p := range []string{"overview", "doubt", "transfer", "proposals", "audit", "refused"} {
+	for _, p := range []string{"overview", "doubt", "transfer", "proposals", "audit", "reconcile", "refused"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", p, err)
@@ -156,6 +156,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /proposals/{id}/reject", s.action("reject", s.reject))
 	mux.HandleFunc("GET /proposals", s.page(s.proposals))
 	mux.HandleFunc("GET /audit", s.page(s.audit))
+	mux.HandleFunc("GET /reconcile", s.page(s.reconcile))
 	return s.secure(mux)
 }
 

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"dedup"
+
 	_ "github.com/mattn/go-sqlite3"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
@@ -361,6 +363,48 @@ FROM generate_series(1, ?::int) AS i`
 			}
 			assert.Check(t, is.Equal(shown["DONE"], fmt.Sprintf("&ge; %d", countLimit)), "the DONE card: %v", shown)
 			assert.Check(t, is.Equal(shown["UNKNOWN"], "3"), "the UNKNOWN card: %v", shown)
+		})
+	}
+}
+
+// The Reconciliation page shows the kept runs, a run's findings with the
+// critical ones first, each linking to its transfer's page, where a person
+// proposes a decision; an unknown run is a 404, and without a run the page
+// says so.
+func TestReconciliationPageShowsRunsAndLinksEachFinding(t *testing.T) {
+	for _, lg := range ledgers {
+		t.Run(lg.name, func(t *testing.T) {
+			d := newDesk(t, lg.open)
+			code, body := d.get(t, "vic", "/reconcile")
+			assert.Equal(t, code, 200)
+			assert.Check(t, strings.Contains(body, `id="none"`), "an empty ledger's page does not say there is no run")
+
+			twice, unapplied, resolved := newGUID(), newGUID(), newGUID()
+			d.insertUnknown(t, twice)
+			counts := map[dedup.Finding]int64{dedup.FindingMatched: 7, dedup.FindingAppliedTwice: 1, dedup.FindingToldSuccessUnapplied: 1, dedup.FindingResolved: 1}
+			id, err := d.l.AddReconcileRun(context.Background(), ledger.ReconcileRun{Date: "20261201", Actor: "reconcile@h1", Source: "journal.csv",
+				Lines: 10, Amount: 1500000, Counts: counts, Findings: []ledger.ReconcileFinding{
+					{Class: dedup.FindingResolved, GUID: resolved, State: "UNKNOWN", Code: "E901", Refs: []string{"C3"}, Amount: 100, Resolved: true},
+					{Class: dedup.FindingAppliedTwice, GUID: twice, State: "DONE", Code: "0000", Refs: []string{"C1", "C2"}, Amount: 150000},
+					{Class: dedup.FindingToldSuccessUnapplied, GUID: unapplied, State: "DONE", Code: "0000", Amount: 150000},
+				}})
+			assert.NilError(t, err)
+			code, body = d.get(t, "vic", "/reconcile")
+			assert.Equal(t, code, 200)
+			assert.Check(t, strings.Contains(body, fmt.Sprintf(`<a href="/reconcile?run=%d">`, id)))
+			assert.Check(t, strings.Contains(body, "<td>20261201</td>"))
+			for _, g := range []string{twice, unapplied, resolved} {
+				assert.Check(t, strings.Contains(body, `<a href="/tx/`+g+`">`), "finding %s does not link to its transfer", g)
+			}
+			assert.Check(t, strings.Index(body, twice) < strings.Index(body, resolved), "a critical finding is not listed first")
+			assert.Check(t, strings.Contains(body, "C1, C2"))
+			assert.Check(t, strings.Contains(body, "resolved DONE/0000"))
+			// The finding's transfer page is where a person proposes.
+			code, body = d.get(t, "kim", "/tx/"+twice)
+			assert.Equal(t, code, 200)
+			assert.Check(t, strings.Contains(body, `action="/tx/`+twice+`/propose"`), "no proposal form on the finding's transfer")
+			code, _ = d.get(t, "vic", "/reconcile?run=999999")
+			assert.Check(t, is.Equal(code, 404))
 		})
 	}
 }

@@ -562,3 +562,38 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request, o operator) {
 	s.render(w, "audit", &o, map[string]any{"Events": shown, "Total": len(out), "Since": since.Format("2006-01-02"),
 		"Until": untilText(until), "CSV": "/audit?" + v.Encode() + "&format=csv", "JSON": "/audit?" + v.Encode() + "&format=json"})
 }
+
+// reconcile shows the last reconciliations against the core's journal, and
+// one run's findings (?run=ID, default the newest): the critical ones
+// first, each linking to its transfer's page, where a person proposes a
+// decision with four eyes.
+func (s *Server) reconcile(w http.ResponseWriter, r *http.Request, o operator) {
+	ctx, cancel := ctxOf(r)
+	defer cancel()
+	runs, err := s.l.ReconcileRuns(ctx, "", 30)
+	if err != nil {
+		s.ledgerTrouble(w, r, o, err)
+		return
+	}
+	shown := inspect.Runs(runs)
+	var run *inspect.Run
+	want := r.URL.Query().Get("run")
+	for i := range shown {
+		if want == "" && i == 0 || want == strconv.FormatInt(shown[i].ID, 10) {
+			run = &shown[i]
+		}
+	}
+	if want != "" && run == nil {
+		s.refuse(w, r, &o, http.StatusNotFound, "input", "no such reconciliation run among the last 30")
+		return
+	}
+	if run != nil {
+		fs, err := s.l.ReconcileFindings(ctx, run.ID)
+		if err != nil {
+			s.ledgerTrouble(w, r, o, err)
+			return
+		}
+		run.Findings = inspect.Findings(fs)
+	}
+	s.render(w, "reconcile", &o, map[string]any{"Runs": shown, "Run": run, "Classes": dedup.Findings})
+}
