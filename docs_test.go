@@ -12,8 +12,9 @@ import (
 // markdownLink is an inline link's target: [text](target).
 var markdownLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 
-// docCitation is a page of docs/ named in code, a script or a deploy file.
-var docCitation = regexp.MustCompile(`docs/[A-Za-z0-9_-]+\.md`)
+// citation is a file of this repository named in code, a script or a
+// deploy file: a page of docs/, a script, a deploy file, the model.
+var citation = regexp.MustCompile(`\b(docs|deploy|scripts|model)/[A-Za-z0-9_./-]+\.(md|sh|yml|json|service|timer|env|pml)\b`)
 
 // headingSlugs are the anchors GitHub makes of a Markdown file's headings.
 func headingSlugs(t *testing.T, path string) map[string]bool {
@@ -81,9 +82,10 @@ func TestEveryLinkInTheDocsResolves(t *testing.T) {
 	}
 }
 
-// TestEveryCitedDocExists fails on a docs/*.md named in a Go comment, a
-// script or a deploy file that does not exist.
-func TestEveryCitedDocExists(t *testing.T) {
+// TestEveryCitedFileExists fails on a file of docs/, deploy/, scripts/ or
+// model/ named in a Go comment, a script or a deploy file (an alert rule's
+// annotation) that does not exist.
+func TestEveryCitedFileExists(t *testing.T) {
 	cited := 0
 	for _, root := range []string{".", "deploy", "scripts"} {
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -103,7 +105,7 @@ func TestEveryCitedDocExists(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			for _, doc := range docCitation.FindAllString(string(b), -1) {
+			for _, doc := range citation.FindAllString(string(b), -1) {
 				cited++
 				if _, err := os.Stat(doc); err != nil {
 					t.Errorf("%s cites %s, which does not exist", path, doc)
@@ -116,6 +118,6 @@ func TestEveryCitedDocExists(t *testing.T) {
 		}
 	}
 	if cited == 0 {
-		t.Fatal("no docs/*.md cited anywhere: the walk read nothing")
+		t.Fatal("no file cited anywhere: the walk read nothing")
 	}
 }
