@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"io"
@@ -398,6 +399,9 @@ func (r *run) judge(ctx context.Context, lines []Line, row *ledger.Row) error {
 			break
 		}
 		ok, err := r.resolve(ctx, lines[0], *row)
+		if errors.Is(err, errNoRequest) {
+			break // logged: left for an operator
+		}
 		if err != nil {
 			return err
 		}
@@ -415,13 +419,17 @@ func (r *run) judge(ctx context.Context, lines []Line, row *ledger.Row) error {
 	return nil
 }
 
+// errNoRequest is a row the journal proves applied whose reply cannot be
+// built: it has no stored request (a row another tool wrote).
+var errNoRequest = errors.New("no stored request to build the reply from")
+
 // resolve turns row DONE/0000 from journal line l, fenced on the row as
 // read, with its reconcile event.
 func (r *run) resolve(ctx context.Context, l Line, row ledger.Row) (bool, error) {
 	if len(row.Request) < lhstd.HeaderLen {
 		r.Log.Error("reconcile: the journal proves it applied, but the row has no stored request to build the reply from; left for an operator",
 			"guid", row.GUID, "state", row.State, "line", l.No, "ref", l.Ref)
-		return false, nil
+		return false, errNoRequest
 	}
 	body, err := lhstd.TransferResponseBody(l.Ref, l.Balance, l.ProcessedAt)
 	if err != nil { // checked with the line: cannot happen

@@ -167,3 +167,30 @@ func TestDryRunChangesNothing(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, is.Len(runs, 0), "a dry run was kept")
 }
+
+// A row the journal proves applied but whose reply cannot be built (no
+// stored request: another tool wrote it) is reported and left as it is,
+// without a retry or an event.
+func TestARowWithoutItsRequestIsReportedAndLeftAlone(t *testing.T) {
+	const g = "20261129MOB000000000000000000001"
+	l, err := sqlite.Open(filepath.Join(t.TempDir(), "relay.db"), ledger.Options{Actor: "reconcile@test"})
+	assert.NilError(t, err)
+	defer l.Close()
+	_, err = l.Claim(t.Context(), g, lhstd.TxTransfer, nil)
+	assert.NilError(t, err)
+	_, err = l.Finish(t.Context(), g, 1, ledger.Outcome{State: dedup.StateUnknown, RspCode: dedup.CodeUnknown})
+	assert.NilError(t, err)
+	second := strings.Replace(good, "C000000000000042", "C000000000000043", 1)
+	var out bytes.Buffer
+	sum, err := Run(t.Context(), l, Config{Date: "20261129", Source: FileSource{Path: journalFile(t, good, second)}, Out: &out,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(sum.Counts[dedup.FindingAppliedTwice], int64(1)), sum.String())
+	assert.Check(t, is.Equal(out.String(), "applied_twice "+g+" ledger=UNKNOWN/E901 journal=C000000000000042,C000000000000043 amount=150000\n"))
+	row, err := l.Get(t.Context(), g)
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(row.State, dedup.StateUnknown))
+	evs, err := l.Events(t.Context(), g)
+	assert.NilError(t, err)
+	assert.Check(t, is.Len(evs, 0))
+}
