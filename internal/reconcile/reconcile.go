@@ -15,6 +15,7 @@ package reconcile
 import (
 	"bufio"
 	"cmp"
+	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -139,9 +140,12 @@ func compareKeys(x, y key) int {
 // run is one reconciliation in progress.
 type run struct {
 	Config
-	l                   ledger.Ledger
-	keys                keyer
-	journal             []key // every line's GUID key, sorted after the first pass
+	l    ledger.Ledger
+	keys keyer
+	// journal holds every line's GUID key, in chunks of keyChunk (one
+	// slice grown by appending would hold up to twice the keys at its
+	// last doubling), each chunk sorted after the first pass.
+	journal             [][]key
 	spool               *os.File
 	sum                 Summary
 	kept                []ledger.ReconcileFinding
@@ -201,7 +205,10 @@ func (r *run) check(ctx context.Context) error {
 	defer src.Close()
 	w := bufio.NewWriterSize(r.spool, 1<<16)
 	err = readJournal(src, r.Date, func(l Line) error {
-		r.journal = append(r.journal, r.keys.of(l.GUID))
+		if n := len(r.journal); n == 0 || len(r.journal[n-1]) == keyChunk {
+			r.journal = append(r.journal, make([]key, 0, keyChunk))
+		}
+		r.journal[len(r.journal)-1] = append(r.journal[len(r.journal)-1], r.keys.of(l.GUID))
 		r.sum.Lines++
 		r.sum.Amount += l.Amount
 		_, err := fmt.Fprintf(w, "%d,%s,%s,%s,%s,%d,%d,%s\n", l.No, l.GUID, l.Ref, l.From, l.To, l.Amount, l.Balance, l.ProcessedAt)
@@ -213,9 +220,15 @@ func (r *run) check(ctx context.Context) error {
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("spool for the journal: %w", err)
 	}
-	slices.SortFunc(r.journal, compareKeys)
+	for _, c := range r.journal {
+		slices.SortFunc(c, compareKeys)
+	}
 	return nil
 }
+
+// keyChunk is how many keys the first pass keeps in one allocation (16
+// MiB).
+const keyChunk = 1 << 20
 
 // lines reads the spool from its start, calling each with every line.
 func (r *run) lines(each func(Line) error) error {
@@ -240,19 +253,27 @@ func (r *run) lines(each func(Line) error) error {
 
 // inJournal reports whether guid has a line in the journal.
 func (r *run) inJournal(guid string) bool {
-	_, found := slices.BinarySearchFunc(r.journal, r.keys.of(guid), compareKeys)
-	return found
+	k := r.keys.of(guid)
+	for _, c := range r.journal {
+		if _, found := slices.BinarySearchFunc(c, k, compareKeys); found {
+			return true
+		}
+	}
+	return false
 }
 
 // applications finds the GUIDs the journal has more than one line of: the
 // keys that repeat, then those GUIDs' lines, compared exactly.
 func (r *run) applications() (map[string][]Line, error) {
 	repeated := map[key]bool{}
-	for i := 1; i < len(r.journal); i++ {
-		if r.journal[i] == r.journal[i-1] {
-			repeated[r.journal[i]] = true
+	var prev key
+	first := true
+	mergeKeys(r.journal, func(k key) {
+		if !first && k == prev {
+			repeated[k] = true
 		}
-	}
+		prev, first = k, false
+	})
 	multi := map[string][]Line{}
 	if len(repeated) == 0 {
 		return multi, nil
@@ -525,4 +546,39 @@ func (r *run) print(f ledger.ReconcileFinding) {
 		Amount  int64         `json:"amount"`
 	}{f.Class, f.GUID, ledgerSide, refs, f.Amount})
 	fmt.Fprintf(r.Out, "%s\n", b)
+}
+
+// mergeKeys calls each with every key of the sorted chunks, in order (a
+// k-way merge: equal keys of different chunks come one after the other).
+func mergeKeys(chunks [][]key, each func(key)) {
+	h := &cursors{}
+	for _, c := range chunks {
+		if len(c) > 0 {
+			h.s = append(h.s, c)
+		}
+	}
+	heap.Init(h)
+	for h.Len() > 0 {
+		c := h.s[0]
+		each(c[0])
+		if len(c) == 1 {
+			heap.Pop(h)
+		} else {
+			h.s[0] = c[1:]
+			heap.Fix(h, 0)
+		}
+	}
+}
+
+// cursors is a heap of sorted chunks' remainders, by their first key.
+type cursors struct{ s [][]key }
+
+func (h *cursors) Len() int           { return len(h.s) }
+func (h *cursors) Less(i, j int) bool { return compareKeys(h.s[i][0], h.s[j][0]) < 0 }
+func (h *cursors) Swap(i, j int)      { h.s[i], h.s[j] = h.s[j], h.s[i] }
+func (h *cursors) Push(x any)         { h.s = append(h.s, x.([]key)) }
+func (h *cursors) Pop() any {
+	x := h.s[len(h.s)-1]
+	h.s = h.s[:len(h.s)-1]
+	return x
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -193,4 +194,38 @@ func TestARowWithoutItsRequestIsReportedAndLeftAlone(t *testing.T) {
 	evs, err := l.Events(t.Context(), g)
 	assert.NilError(t, err)
 	assert.Check(t, is.Len(evs, 0))
+}
+
+// The first pass keeps its keys in sorted chunks: the merge hands every key
+// on in order, so a GUID whose two lines fell into different chunks is
+// still seen twice in a row, and a lookup finds a key in any chunk.
+func TestKeysAcrossChunksAreMergedInOrderAndFound(t *testing.T) {
+	k := newKeyer()
+	r := &run{keys: k}
+	guids := []string{"A", "B", "C", "D", "E", "B"} // B in two chunks
+	for i, g := range guids {
+		if i%2 == 0 {
+			r.journal = append(r.journal, nil)
+		}
+		r.journal[len(r.journal)-1] = append(r.journal[len(r.journal)-1], k.of(g))
+	}
+	for _, c := range r.journal {
+		slices.SortFunc(c, compareKeys)
+	}
+	var merged []key
+	mergeKeys(r.journal, func(x key) { merged = append(merged, x) })
+	assert.Assert(t, is.Len(merged, len(guids)))
+	assert.Check(t, slices.IsSortedFunc(merged, compareKeys), "the merge is not in order")
+	twice := 0
+	for i := 1; i < len(merged); i++ {
+		if merged[i] == merged[i-1] {
+			twice++
+			assert.Check(t, is.Equal(merged[i], k.of("B")))
+		}
+	}
+	assert.Check(t, is.Equal(twice, 1))
+	for _, g := range guids {
+		assert.Check(t, r.inJournal(g), g)
+	}
+	assert.Check(t, !r.inJournal("Z"))
 }
