@@ -250,17 +250,21 @@ WHERE state=$1 AND updated_at > COALESCE($2::timestamptz, '-infinity') AND updat
 	// after D counts for D; two days cover any time zone between the
 	// core's clock and the ledger's), read in slices of the state index as
 	// CountSlice reads them, so that no read holds a snapshot for long.
+	// Each has one lower bound on updated_at: the slice's mark, or before
+	// the first slice the day's start less two days (a mark is never
+	// earlier). Two lower bounds on one column would let SQLite seek by
+	// the looser one, and read every earlier slice again for each slice.
 	DoneSliceEdge: Statement{
 		SQLite: `SELECT updated_at FROM tx INDEXED BY tx_state_updated
-WHERE state='DONE' AND updated_at >= datetime(?1, '-2 days') AND updated_at > COALESCE(?2, '') ORDER BY updated_at LIMIT 1 OFFSET ?3`,
+WHERE state='DONE' AND updated_at > COALESCE(?2, datetime(?1, '-2 days', '-1 seconds')) ORDER BY updated_at LIMIT 1 OFFSET ?3`,
 		Postgres: `SELECT updated_at FROM tx
-WHERE state='DONE' AND updated_at >= $1::date - 2 AND updated_at > COALESCE($2::timestamptz, '-infinity') ORDER BY updated_at LIMIT 1 OFFSET $3`,
+WHERE state='DONE' AND updated_at > COALESCE($2::timestamptz, ($1::date - 2)::timestamptz - interval '1 microsecond') ORDER BY updated_at LIMIT 1 OFFSET $3`,
 	},
 	DoneSlice: Statement{
 		SQLite: `SELECT ` + RowColumns.SQLite + ` FROM tx INDEXED BY tx_state_updated
-WHERE state='DONE' AND updated_at >= datetime(?1, '-2 days') AND updated_at > COALESCE(?2, '') AND updated_at <= COALESCE(?3, char(1114111)) AND rsp_code='0000'`,
+WHERE state='DONE' AND updated_at > COALESCE(?2, datetime(?1, '-2 days', '-1 seconds')) AND updated_at <= COALESCE(?3, char(1114111)) AND rsp_code='0000'`,
 		Postgres: `SELECT ` + RowColumns.Postgres + ` FROM tx
-WHERE state='DONE' AND updated_at >= $1::date - 2 AND updated_at > COALESCE($2::timestamptz, '-infinity') AND updated_at <= COALESCE($3::timestamptz, 'infinity') AND rsp_code='0000'`,
+WHERE state='DONE' AND updated_at > COALESCE($2::timestamptz, ($1::date - 2)::timestamptz - interval '1 microsecond') AND updated_at <= COALESCE($3::timestamptz, 'infinity') AND rsp_code='0000'`,
 	},
 	// reconcile.md, an UNKNOWN or FAILED row the journal proves applied
 	// becomes DONE/0000, fenced on the row exactly as read, with its
