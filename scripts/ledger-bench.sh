@@ -20,14 +20,17 @@
 #       through bin/relay: the purge's rows/s, the rows/s the load added
 #       meanwhile, and their ratio (a SQLite ledger; the counts are read
 #       with sqlite3).
-#   scripts/ledger-bench.sh versus-redis [SECONDS] [ROUNDS]
-#       table 8's 16-connection point taken apart: dedup's relay (SQLite
-#       FULL) and the Redis relay (bin/redisrelay, redis-server with
-#       appendfsync always), alternating, SECONDS (default 10) each, ROUNDS
-#       (default 3); per transfer, counted by perf's tracepoints on each
-#       process: CPU, system calls, fsyncs, writes, futex calls, context
-#       switches, for the relay and for redis-server apart. Needs perf and
-#       Debian's redis-server.
+#   scripts/ledger-bench.sh versus-redis [SECONDS] [ROUNDS] [CONNS...]
+#       table 8 taken apart: dedup's relay (SQLite FULL) and the Redis
+#       relay (bin/redisrelay, redis-server with appendfsync always),
+#       alternating which goes first, SECONDS (default 10) each, ROUNDS
+#       (default 3), at each of CONNS connections (default 16); per
+#       transfer, counted by perf's tracepoints on each process: CPU,
+#       system calls, fsyncs, pwrite64 calls, writes, futex calls, context
+#       switches, for the relay and for redis-server apart, and for dedup
+#       the writes per fsync (its group commit's batch: two writes a
+#       transfer); then each measure's median and spread over the rounds.
+#       Needs perf and Debian's redis-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=$PWD/bin
@@ -48,7 +51,7 @@ start_core() {
   pids+=($!)
   core="http://$(listening "$w/core.log")"
 }
-load() { "$B/channel" load --relay "$relay" --conns 16 --duration "$1" --dup-ratio 0.1 --amount 1 --core "$core"; }
+load() { "$B/channel" load --relay "$relay" --conns "${conns:-16}" --duration "$1" --dup-ratio 0.1 --amount 1 --core "$core"; }
 
 case "${1:-}" in
 restart)
@@ -128,6 +131,8 @@ purge)
   ;;
 versus-redis)
   secs=${2:-10} rounds=${3:-3}
+  shift $(( $# < 3 ? $# : 3 ))
+  conns_list=${*:-16}
   command -v perf >/dev/null && command -v redis-server >/dev/null || { echo "versus-redis needs perf and redis-server" >&2; exit 1; }
   start_core
   rport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -146,9 +151,13 @@ versus-redis)
       ev ~ /context-switches|sys_enter/ { name = ev; sub(/.*sys_enter_?/, "", name); if (name == "") name = "syscalls"
         if (ev ~ /context/) name = "ctxsw"; printf " %s=%.2f", name, $1 / n }' "$1"
   }
-  printf "%-6s %-6s %8s  %s\n" relay round tx/s "per transfer: the relay process [redis-server]"
+  printf "%-6s %-6s %-6s %8s  %s\n" relay conns round tx/s "per transfer: the relay process (srv_*: redis-server's)"
+  : >"$w/rounds"
+  for conns in $conns_list; do
   for round in $(seq 1 "$rounds"); do
-    for mode in dedup redis; do
+    order="dedup redis"
+    [ $((round % 2)) -eq 0 ] && order="redis dedup"
+    for mode in $order; do
       rm -f "$w"/vr.db*
       if [ "$mode" = redis ]; then
         redis-cli -p "$rport" flushall >/dev/null
@@ -170,10 +179,28 @@ versus-redis)
       tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
       twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
       line="$(per_tx "$w/perf.relay" "$sent")"
-      [ "$mode" = redis ] && line="$line [$(per_tx "$w/perf.redis" "$sent" | sed 's/^ //')]"
-      printf "%-6s %-6s %8s %s applied_twice=%s\n" "$mode" "$round" "$tps" "$line" "$twice"
+      if [ "$mode" = redis ]; then
+        # redis-server's own counts, named srv_*.
+        line="$line $(per_tx "$w/perf.redis" "$sent" | sed -e 's/^ //' -e 's/\([a-z_]*\)=/srv_\1=/g')"
+      else
+        # Two durable writes a transfer (the claim, the finish): the
+        # writes each fsync carried is the group commit's batch.
+        line="$line $(awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^(fsync|fdatasync)=/) { split($i, kv, "="); f += kv[2] } }
+          END { if (f > 0) printf "writes_per_fsync=%.1f", 2 / f }' <<<"$line")"
+      fi
+      printf "%-6s %-6s %-6s %8s %s applied_twice=%s\n" "$mode" "$conns" "$round" "$tps" "$line" "$twice" | tee -a "$w/rounds"
     done
   done
+  done
+  # The median and the spread of every measure, per relay and connections.
+  echo "medians over $rounds rounds (spread in brackets):"
+  awk '{ k = $1 " " $2; n[k]++; v[k, "tx/s", n[k]] = $4; names[k, "tx/s"] = 1
+         for (i = 5; i <= NF; i++) if ($i ~ /=/) { split($i, kv, "="); v[k, kv[1], n[k]] = kv[2]; names[k, kv[1]] = 1 } }
+    function med(k, m, c,   i, j, x, a) { for (i = 1; i <= c; i++) a[i] = v[k, m, i] + 0
+      for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
+      return sprintf("%s [%s-%s]", a[int((c + 1) / 2)], a[1], a[c]) }
+    END { for (k in n) { line = k ":"; for (km in names) { split(km, p, SUBSEP); if (p[1] == k) line = line " " p[2] "=" med(k, p[2], n[k]) }
+      print "  " line } }' "$w/rounds" | sort -k2,2n -k1,1
   ;;
 *)
   echo "usage: $0 restart RELAY_BIN DB [ROUNDS] [warm|cold] | purge DB PURGE_BIN [SECONDS] | versus-redis [SECONDS] [ROUNDS]" >&2
