@@ -6,8 +6,9 @@
 //
 // The journal is streamed, never held in memory: a first pass checks every
 // line (nothing is written before the whole journal is known to be
-// sound), copies it to a private spool file and keeps a 128-bit keyed
-// hash of each GUID; later passes read the spool. The ledger is read in
+// sound) and keeps a 128-bit keyed hash of each GUID; later passes read the
+// journal file again (checked again, and refused if it changed), or the
+// private spool file a fetched journal was copied to. The ledger is read in
 // batches (GetMany) and slices (DoneSlice), each a short read, so that a
 // relay serving beside it keeps its write lock and its checkpoints.
 package reconcile
@@ -145,7 +146,12 @@ type run struct {
 	// journal holds every line's GUID key, in chunks of keyChunk (one
 	// slice grown by appending would hold up to twice the keys at its
 	// last doubling), each chunk sorted after the first pass.
-	journal             [][]key
+	journal [][]key
+	// file is a --journal file, kept open and read again by later passes;
+	// stat is what it was when opened, so that a change is seen.
+	file *os.File
+	stat os.FileInfo
+	// spool is the copy of a journal fetched from the core.
 	spool               *os.File
 	sum                 Summary
 	kept                []ledger.ReconcileFinding
@@ -161,12 +167,15 @@ func Run(ctx context.Context, l ledger.Ledger, cfg Config) (Summary, error) {
 	for _, c := range dedup.Findings {
 		r.sum.Counts[c] = 0
 	}
-	spool, err := os.CreateTemp("", "dedup-reconcile-*.journal")
-	if err != nil {
-		return r.sum, fmt.Errorf("spool for the journal: %w", err)
-	}
-	defer func() { spool.Close(); os.Remove(spool.Name()) }()
-	r.spool = spool
+	defer func() {
+		if r.spool != nil {
+			r.spool.Close()
+			os.Remove(r.spool.Name())
+		}
+		if r.file != nil {
+			r.file.Close()
+		}
+	}()
 	if err := r.check(ctx); err != nil {
 		// Nothing was written: the journal, not the ledger, is at fault.
 		return r.sum, job.InputError{Err: err}
@@ -202,8 +211,21 @@ func (r *run) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer src.Close()
-	w := bufio.NewWriterSize(r.spool, 1<<16)
+	var w *bufio.Writer
+	var written, synced int64
+	if f, ok := src.(*os.File); ok {
+		// A file is read again by the later passes: nothing to copy.
+		r.file = f
+		if r.stat, err = f.Stat(); err != nil {
+			return fmt.Errorf("--journal: %w", err)
+		}
+	} else {
+		defer src.Close()
+		if r.spool, err = os.CreateTemp("", "dedup-reconcile-*.journal"); err != nil {
+			return fmt.Errorf("spool for the journal: %w", err)
+		}
+		w = bufio.NewWriterSize(r.spool, 1<<16)
+	}
 	err = readJournal(src, r.Date, func(l Line) error {
 		if n := len(r.journal); n == 0 || len(r.journal[n-1]) == keyChunk {
 			r.journal = append(r.journal, make([]key, 0, keyChunk))
@@ -211,14 +233,27 @@ func (r *run) check(ctx context.Context) error {
 		r.journal[len(r.journal)-1] = append(r.journal[len(r.journal)-1], r.keys.of(l.GUID))
 		r.sum.Lines++
 		r.sum.Amount += l.Amount
-		_, err := fmt.Fprintf(w, "%d,%s,%s,%s,%s,%d,%d,%s\n", l.No, l.GUID, l.Ref, l.From, l.To, l.Amount, l.Balance, l.ProcessedAt)
+		if w == nil {
+			return nil
+		}
+		n, err := fmt.Fprintf(w, "%d,%s,%s,%s,%s,%d,%d,%s\n", l.No, l.GUID, l.Ref, l.From, l.To, l.Amount, l.Balance, l.ProcessedAt)
+		if written += int64(n); err == nil && written-synced >= spoolSync {
+			// Written out as it goes: a gigabyte of dirty pages flushed at
+			// once would hold a serving relay's fsyncs behind it.
+			if err = w.Flush(); err == nil {
+				err = r.spool.Sync()
+			}
+			synced = written
+		}
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if err := w.Flush(); err != nil {
-		return fmt.Errorf("spool for the journal: %w", err)
+	if w != nil {
+		if err := w.Flush(); err != nil {
+			return fmt.Errorf("spool for the journal: %w", err)
+		}
 	}
 	for _, c := range r.journal {
 		slices.SortFunc(c, compareKeys)
@@ -230,8 +265,31 @@ func (r *run) check(ctx context.Context) error {
 // MiB).
 const keyChunk = 1 << 20
 
-// lines reads the spool from its start, calling each with every line.
+// spoolSync is how much of the spool is written before it is synced.
+const spoolSync = 16 << 20
+
+// errChanged is a journal file that changed while reconcile read it.
+var errChanged = errors.New("the journal file changed while reconcile read it; run it again on a journal that no one writes")
+
+// lines reads the journal from its start again, calling each with every
+// line: the --journal file, checked again and refused if it changed since
+// it was opened, or the spool of a fetched one.
 func (r *run) lines(each func(Line) error) error {
+	if r.file != nil {
+		if fi, err := r.file.Stat(); err != nil || fi.Size() != r.stat.Size() || !fi.ModTime().Equal(r.stat.ModTime()) {
+			return errChanged
+		}
+		if _, err := r.file.Seek(0, io.SeekStart); err != nil {
+			return fmt.Errorf("--journal: %w", err)
+		}
+		n := int64(0)
+		err := readJournal(r.file, r.Date, func(l Line) error { n++; return each(l) })
+		var le *LineError
+		if errors.As(err, &le) || (err == nil && n != r.sum.Lines) {
+			return errChanged
+		}
+		return err
+	}
 	if _, err := r.spool.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("spool for the journal: %w", err)
 	}

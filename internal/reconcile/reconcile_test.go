@@ -229,3 +229,24 @@ func TestKeysAcrossChunksAreMergedInOrderAndFound(t *testing.T) {
 	}
 	assert.Check(t, !r.inJournal("Z"))
 }
+
+// A --journal file is read again by the later passes, not copied: one that
+// changed after it was checked is refused before any row is judged.
+func TestAJournalFileThatChangedIsRefused(t *testing.T) {
+	path := journalFile(t, good)
+	r := &run{Config: Config{Date: "20261129", Source: FileSource{Path: path}}, keys: newKeyer()}
+	assert.NilError(t, r.check(t.Context()))
+	defer r.file.Close()
+	judged := 0
+	assert.NilError(t, r.lines(func(Line) error { judged++; return nil }))
+	assert.Check(t, is.Equal(judged, 1))
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	assert.NilError(t, err)
+	_, err = f.WriteString(strings.Replace(good, "001,C000000000000042", "002,C000000000000043", 1))
+	assert.NilError(t, err)
+	f.Close()
+	judged = 0
+	err = r.lines(func(Line) error { judged++; return nil })
+	assert.Check(t, is.ErrorIs(err, errChanged))
+	assert.Check(t, is.Equal(judged, 0), "lines of a changed journal were judged")
+}
