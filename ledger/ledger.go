@@ -303,13 +303,6 @@ type Options struct {
 	// MaxBatch bounds the writes per commit (group commit, both
 	// backends); 0 means the default, 1 disables group commit.
 	MaxBatch int
-	// ReadMmap, if greater than 0, is how many bytes of a SQLite ledger
-	// file its read connections map into memory (PRAGMA mmap_size), for a
-	// job that reads rows at random across the whole file (reconcile):
-	// every commit of a serving relay empties a read connection's own page
-	// cache, so without it each page read is a system call that copies
-	// the page. The relay and its jobs leave it 0. PostgreSQL ignores it.
-	ReadMmap int64
 	// Conns bounds the connection pool (SQLite: the read pool;
 	// PostgreSQL: every connection); 0 means the backend's default.
 	Conns int

@@ -65,12 +65,6 @@ func (f *flags) Validate(kctx *kong.Context) error {
 // beside them.
 const memoryLimit = 384 << 20
 
-// readMmap is how much of a SQLite ledger reconcile's reads map: its
-// lookups of the journal's GUIDs land anywhere in the file, and a serving
-// relay's commits empty a read connection's own cache each time. The
-// mapped pages are the kernel's page cache, not the process's heap.
-const readMmap = 64 << 30
-
 func main() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(memoryLimit)
@@ -85,8 +79,7 @@ func main() {
 	if f.Journal == "" {
 		src = reconcile.CoreSource{Client: f.MustCoreClient("reconcile"), URL: f.Core, Date: f.Date}
 	}
-	os.Exit(job.RunJobWith("reconcile", f.LedgerFlags, f.JobFlags, log, []any{"date", f.Date, "journal", src.String(), "dry_run", f.DryRun},
-		func(o *ledger.Options) { o.ReadMmap = readMmap },
+	os.Exit(job.RunJob("reconcile", f.LedgerFlags, f.JobFlags, log, []any{"date", f.Date, "journal", src.String(), "dry_run", f.DryRun},
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (job.Summary, error) {
 			return reconcile.Run(ctx, l, reconcile.Config{Date: f.Date, Source: src, DryRun: f.DryRun, Out: os.Stdout,
 				JSON: f.SummaryFormat == "json", Log: log})

@@ -59,12 +59,6 @@ type Job func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (Summary, 
 // status: 0 if the job ran to its end, 1 (one line on stderr naming the
 // ledger and the cause) if it could not.
 func RunJob(name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) int {
-	return RunJobWith(name, lf, jf, log, startAttrs, nil, job)
-}
-
-// RunJobWith is RunJob with the ledger's options tuned for the job, if
-// tune is not nil (reconcile maps the file for its reads at random).
-func RunJobWith(name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, startAttrs []any, tune func(*ledger.Options), job Job) int {
 	start := time.Now()
 	// A textfile that could not be written at the end is found before the
 	// job changes anything.
@@ -76,7 +70,7 @@ func RunJobWith(name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logg
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	status, sum := runJob(ctx, name, lf, jf, log, startAttrs, tune, job)
+	status, sum := runJob(ctx, name, lf, jf, log, startAttrs, job)
 	if jf.MetricsTextfile != "" {
 		var counts []metrics.JobCount
 		if sum != nil {
@@ -99,7 +93,7 @@ func RunJobWith(name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logg
 	return status
 }
 
-func runJob(ctx context.Context, name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, startAttrs []any, tune func(*ledger.Options), job Job) (int, Summary) {
+func runJob(ctx context.Context, name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) (int, Summary) {
 	db := lf.DB
 	tp, err := tracing.Start(ctx, name, cli.VersionString(), log)
 	if err != nil {
@@ -107,11 +101,7 @@ func runJob(ctx context.Context, name string, lf connect.LedgerFlags, jf JobFlag
 		return cli.ExitRuntime, nil
 	}
 	defer tracing.Flush(log, tp)
-	opts := lf.Options(log.Warn, ledger.Actor(name))
-	if tune != nil {
-		tune(&opts)
-	}
-	l, err := lf.Open(opts, log)
+	l, err := lf.Open(lf.Options(log.Warn, ledger.Actor(name)), log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
 		return cli.ExitRuntime, nil

@@ -231,11 +231,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 		return fail(err)
 	}
 
-	driver := "sqlite3"
-	if opts.ReadMmap > 0 {
-		driver = mmapDriver(opts.ReadMmap)
-	}
-	rdb, err := sql.Open(driver, path+"?"+params+"&_query_only=1")
+	rdb, err := sql.Open("sqlite3", path+"?"+params+"&_query_only=1")
 	if err != nil {
 		return fail(err)
 	}
@@ -642,31 +638,4 @@ func (l *Ledger) Decide(ctx context.Context, d ledger.Decision) error {
 		return fmt.Errorf("%s proposal %d: %w", e.Action, d.Proposal, err)
 	}
 	return verdict
-}
-
-// mmapDrivers are the SQLite drivers registered for read connections that
-// map the file (Options.ReadMmap), by size: database/sql registers a driver
-// once per process, under a name.
-var mmapDrivers struct {
-	sync.Mutex
-	registered map[string]bool
-}
-
-// mmapDriver is the name of a SQLite driver whose every connection maps
-// size bytes of the file (PRAGMA mmap_size), registering it once.
-func mmapDriver(size int64) string {
-	name := fmt.Sprintf("dedup-sqlite3-mmap-%d", size)
-	mmapDrivers.Lock()
-	defer mmapDrivers.Unlock()
-	if !mmapDrivers.registered[name] {
-		if mmapDrivers.registered == nil {
-			mmapDrivers.registered = map[string]bool{}
-		}
-		mmapDrivers.registered[name] = true
-		sql.Register(name, &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
-			_, err := c.Exec(fmt.Sprintf("PRAGMA mmap_size=%d", size), nil)
-			return err
-		}})
-	}
-	return name
 }
