@@ -188,24 +188,35 @@ func First[T any](items []T, err error) (*T, error) {
 // every row left).
 func CountSliceWith(after *Mark, limit int, edge func(lo any, offset int) (at any, found bool, err error),
 	count func(lo, hi any) (int64, error)) (int64, *Mark, error) {
+	return SliceWith(after, limit, edge, count)
+}
+
+// SliceWith is one slice of a state index's rows over a backend's two
+// reads (CountSlice counts it, DoneSlice reads its rows): edge returns the
+// updated_at of the row offset rows after lo (found false if there is
+// none), read the slice after lo up to and including hi (nil: every row
+// left). next marks where the slice ended, nil after the last.
+func SliceWith[T any](after *Mark, limit int, edge func(lo any, offset int) (at any, found bool, err error),
+	read func(lo, hi any) (T, error)) (T, *Mark, error) {
+	var zero T
 	var lo any
 	if after != nil {
 		lo = after.UpdatedAt
 	}
 	at, found, err := edge(lo, max(limit, 1)-1)
 	if err != nil {
-		return 0, nil, err
+		return zero, nil, err
 	}
 	var hi any
 	var next *Mark
-	if found { // else fewer than limit rows are left: count them all
+	if found { // else fewer than limit rows are left: read them all
 		hi, next = at, &Mark{UpdatedAt: at}
 	}
-	n, err := count(lo, hi)
+	v, err := read(lo, hi)
 	if err != nil {
-		return 0, nil, err
+		return zero, nil, err
 	}
-	return n, next, nil
+	return v, next, nil
 }
 
 // ReadReconcileRuns reads and closes a selection of ReconcileRuns'

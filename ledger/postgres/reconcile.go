@@ -37,25 +37,19 @@ func (l *Ledger) GetMany(ctx context.Context, guids []string) ([]ledger.Row, err
 func (l *Ledger) DoneSlice(ctx context.Context, day string, after *ledger.Mark, limit int) ([]ledger.Row, *ledger.Mark, error) {
 	ctx, cancel := bound(ctx)
 	defer cancel()
-	var lo any
-	if after != nil {
-		lo = after.UpdatedAt
-	}
-	var at time.Time
-	var hi any
-	var next *ledger.Mark
-	err := l.pool.QueryRow(ctx, ledger.SQL.DoneSliceEdge.Postgres, day, lo, max(limit, 1)-1).Scan(&at)
-	switch {
-	case err == nil:
-		hi, next = at, &ledger.Mark{UpdatedAt: at}
-	case !errors.Is(err, pgx.ErrNoRows):
-		return nil, nil, fmt.Errorf("done rows of %s: %w", day, translate(err))
-	}
-	rows, err := l.selectRows(ctx, "done rows of "+day, ledger.SQL.DoneSlice.Postgres, day, lo, hi)
-	if err != nil {
-		return nil, nil, err
-	}
-	return rows, next, nil
+	return ledger.SliceWith(after, limit, func(lo any, offset int) (any, bool, error) {
+		var at time.Time
+		err := l.pool.QueryRow(ctx, ledger.SQL.DoneSliceEdge.Postgres, day, lo, offset).Scan(&at)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("done rows of %s: %w", day, translate(err))
+		}
+		return at, true, nil
+	}, func(lo, hi any) ([]ledger.Row, error) {
+		return l.selectRows(ctx, "done rows of "+day, ledger.SQL.DoneSlice.Postgres, day, lo, hi)
+	})
 }
 
 // AddReconcileRun keeps a completed run and its findings in one
