@@ -181,7 +181,7 @@ versus-redis)
       line="$(per_tx "$w/perf.relay" "$sent")"
       if [ "$mode" = redis ]; then
         # redis-server's own counts, named srv_*.
-        line="$line $(per_tx "$w/perf.redis" "$sent" | sed -e 's/^ //' -e 's/\([a-z_]*\)=/srv_\1=/g')"
+        line="$line $(per_tx "$w/perf.redis" "$sent" | sed -e 's/^ //' -e 's/\([a-z_0-9]*\)=/srv_\1=/g')"
       else
         # Two durable writes a transfer (the claim, the finish): the
         # writes each fsync carried is the group commit's batch.
