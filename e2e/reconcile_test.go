@@ -234,6 +234,17 @@ func TestReconcileRefusesABadJournalAndChangesNothing(t *testing.T) {
 			assert.DeepEqual(t, rowsSnapshot(t, db), before)
 		})
 	}
+	// A refused journal's textfile records a failed run and no counts.
+	prom := filepath.Join(t.TempDir(), "reconcile.prom")
+	res := runJob(t, "reconcile", "--db", path, "--journal", file("bad.csv", head+strings.Replace(good, ",1000,", ",x,", 1), 0o600), "--date", today(), "--metrics-textfile", prom)
+	assert.Check(t, is.Equal(res.ExitCode, 1))
+	text, err := os.ReadFile(prom)
+	assert.NilError(t, err)
+	assert.Check(t, strings.Contains(string(text), `dedup_job_last_run_timestamp_seconds{job="reconcile"}`), string(text))
+	for _, absent := range []string{"dedup_job_last_success_timestamp_seconds", "dedup_reconcile_findings", "dedup_reconcile_journal_lines"} {
+		assert.Check(t, !strings.Contains(string(text), absent), "a refused journal's textfile has %s:\n%s", absent, text)
+	}
+
 	// A core that answers anything but 200 text/csv, or closes early.
 	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Query().Get("date") {

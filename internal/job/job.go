@@ -125,6 +125,11 @@ func runJob(ctx context.Context, name string, lf connect.LedgerFlags, jf JobFlag
 	if sum != nil && !isInput {
 		fmt.Fprintln(os.Stdout, FormatSummary(name, sum, jf.SummaryFormat))
 	}
+	if isInput {
+		// Nothing was done: no counts for the textfile either.
+		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
+		return cli.ExitRuntime, nil
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
 		return cli.ExitRuntime, sum

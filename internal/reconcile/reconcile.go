@@ -199,6 +199,7 @@ func Run(ctx context.Context, l ledger.Ledger, cfg Config) (Summary, error) {
 			return r.sum, err
 		}
 		r.sum.RunID = id
+		cfg.Log.Info("reconcile: run kept in the ledger", "date", cfg.Date, "run", id, "findings_kept", len(ledgerRun.Findings))
 	}
 	return r.sum, nil
 }
@@ -414,10 +415,9 @@ func classify(lines []Line, row *ledger.Row) (dedup.Finding, bool) {
 		return dedup.FindingNotInLedger, false
 	}
 	l := lines[0]
-	if row.State == dedup.StateDone && row.RspCode == dedup.CodeOK {
-		if ref, ok := replyRef(row.Response); ok && ref != l.Ref {
-			return dedup.FindingAppliedTwice, false
-		}
+	reply, readable := storedReply(row.Response)
+	if row.State == dedup.StateDone && row.RspCode == dedup.CodeOK && readable && reply.Ref != l.Ref {
+		return dedup.FindingAppliedTwice, false
 	}
 	req, err := lhstd.ParseRequest(row.Request)
 	if err != nil || req.Transfer.From != l.From || req.Transfer.To != l.To || req.Transfer.Amount != l.Amount {
@@ -434,7 +434,7 @@ func classify(lines []Line, row *ledger.Row) (dedup.Finding, bool) {
 	if row.RspCode != dedup.CodeOK {
 		return dedup.FindingAppliedToldFailure, false
 	}
-	if _, ok := replyRef(row.Response); !ok {
+	if !readable {
 		// A DONE/0000 row whose stored reply cannot be read: its
 		// reference cannot be compared, so a person looks.
 		return dedup.FindingMismatch, false
@@ -442,28 +442,14 @@ func classify(lines []Line, row *ledger.Row) (dedup.Finding, bool) {
 	return dedup.FindingMatched, false
 }
 
-// replyRef is the core's reference in a stored 0000 reply.
-func replyRef(reply []byte) (string, bool) {
+// storedReply reads a stored 0000 reply's body: the core's reference,
+// balance and processed_at (whose date is the reply's business date).
+func storedReply(reply []byte) (lhstd.TransferReply, bool) {
 	if len(reply) != lhstd.HeaderLen+lhstd.TransferResponseBodyLen {
-		return "", false
+		return lhstd.TransferReply{}, false
 	}
 	r, err := lhstd.ParseTransferResponseBody(reply[lhstd.HeaderLen:])
-	if err != nil {
-		return "", false
-	}
-	return r.Ref, true
-}
-
-// replyDate is the business date (YYYYMMDD) of a stored 0000 reply.
-func replyDate(reply []byte) (string, bool) {
-	if len(reply) != lhstd.HeaderLen+lhstd.TransferResponseBodyLen {
-		return "", false
-	}
-	r, err := lhstd.ParseTransferResponseBody(reply[lhstd.HeaderLen:])
-	if err != nil {
-		return "", false
-	}
-	return r.ProcessedAt[:8], true
+	return r, err == nil
 }
 
 // judge classifies one GUID, resolves its row if the journal proves it
@@ -540,7 +526,7 @@ func (r *run) judgeLedgerSide(ctx context.Context) error {
 		}
 		for i := range rows {
 			row := &rows[i]
-			if d, ok := replyDate(row.Response); !ok || d != r.Date || r.inJournal(row.GUID) {
+			if reply, ok := storedReply(row.Response); !ok || reply.ProcessedAt[:8] != r.Date || r.inJournal(row.GUID) {
 				continue
 			}
 			r.report(nil, row, dedup.FindingToldSuccessUnapplied, false)
