@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
 
 	"dedup"
 	"dedup/internal/testbed/pgtest"
@@ -369,6 +370,70 @@ func TestOneQueryAnswersEachConfirmationForItsOwnGUIDAndAttempt(t *testing.T) {
 			assert.Check(t, !c.chk.Now.IsZero(), "position %d: no clock read", i)
 		}
 	}
+}
+
+// TestConfirmationsReadTheIndexOnceTheTableGrew: a relay that starts on an
+// empty ledger confirms many claims at once while the table is small. A
+// plan fixed then (PostgreSQL keeps a generic plan after five runs of a
+// prepared statement, and `= ANY($1)` on a table of a few pages is planned
+// as a sequential scan) would read the whole table for every confirmation
+// batch as the ledger grew, until the next ANALYZE. The batch must stay a
+// lookup in the primary key however the table grew since the connection
+// first ran it.
+func TestConfirmationsReadTheIndexOnceTheTableGrew(t *testing.T) {
+	db := pgtest.SharedDatabase(t) // a database of its own: its counts are this test's
+	l, err := Open(db, ledger.Options{Conns: 1})
+	assert.NilError(t, err)
+	closed := false
+	defer func() {
+		if !closed {
+			l.Close()
+		}
+	}()
+	g := func(i int) string { return fmt.Sprintf("20261201PLN%021d", i) }
+	confirm := func(from int) {
+		batch := make([]*confirmation, 8)
+		for i := range batch {
+			batch[i] = &confirmation{guid: g(from + i), attempt: 1, done: make(chan struct{})}
+		}
+		l.confirmMany(batch)
+		for _, c := range batch {
+			<-c.done
+			assert.NilError(t, c.err)
+		}
+	}
+	c := connect(t, db)
+	grow := func(from, to int) {
+		_, err := c.Exec(ctx, `INSERT INTO tx(guid,tx_code,state,attempts,updated_at)
+SELECT format('20261201PLN%s', lpad(i::text, 21, '0')), 'TRF00001', 'DONE', 1, now() FROM generate_series($1::int, $2::int) i`, from, to)
+		assert.NilError(t, err)
+	}
+	grow(100000, 101999) // a relay's first seconds: a few dozen pages
+	for i := 0; i < 10; i++ { // past the five custom plans
+		confirm(i * 8)
+	}
+	grow(1000, 60999)
+	for i := 0; i < 10; i++ { // the same session, the table grown
+		confirm(1000 + i*8)
+	}
+	// A session's table counts reach pg_stat_user_tables when it ends.
+	l.Close()
+	closed = true
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		var n int
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'dedup'").Scan(&n); err != nil {
+			return poll.Error(err)
+		}
+		if n > 0 {
+			return poll.Continue("%d ledger sessions still open", n)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(10*time.Second))
+	var read int64
+	assert.NilError(t, c.QueryRow(ctx, "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'tx'").Scan(&read))
+	// On the small table a sequential scan is the right plan (it reads
+	// at most 10 x 2,000 rows); one after the growth reads all 62,000.
+	assert.Assert(t, read < 62000, "a confirmation read the whole grown table row by row (%d rows read): its plan was fixed while the table was small", read)
 }
 
 // TestGatherTakesWhatWaitsUpToTheBatchLimit: the first item is waited for,

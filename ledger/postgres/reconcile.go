@@ -29,7 +29,9 @@ func (l *Ledger) GetMany(ctx context.Context, guids []string) ([]ledger.Row, err
 	if len(guids) == 0 {
 		return nil, nil
 	}
-	return l.selectRows(ctx, fmt.Sprintf("%d rows", len(guids)), ledger.SQL.GetMany.Postgres, guids)
+	// Planned anew for each call, as confirmMany is: `= ANY($1)` must
+	// not keep a plan made when the table was small.
+	return l.selectRows(ctx, fmt.Sprintf("%d rows", len(guids)), ledger.SQL.GetMany.Postgres, pgx.QueryExecModeExec, guids)
 }
 
 // DoneSlice returns one slice of the DONE/0000 rows that may belong to
