@@ -31,6 +31,20 @@
 #       the writes per fsync (its group commit's batch: two writes a
 #       transfer); then each measure's median and spread over the rounds.
 #       Needs perf and Debian's redis-server.
+#   scripts/ledger-bench.sh versus RELAY_A RELAY_B sqlite|postgres [SECONDS] [ROUNDS] [CONNS...]
+#       a change before and after, in one run: two relay binaries (say,
+#       main's and a branch's) on the same kind of ledger, emptied before
+#       each point, alternating which goes first, SECONDS (default 10)
+#       each, ROUNDS (default 3), at each of CONNS connections (default
+#       16); the same per-transfer counts, and for postgres (a throwaway
+#       cluster, scripts/pg.sh) the server's own as srv_*; then the medians
+#       and spreads.
+#   scripts/ledger-bench.sh profile [SECONDS] [CONNS]
+#       where the relay's CPU goes: perf record of bin/relay on an empty
+#       SQLite ledger under CONNS connections (default 64) for SECONDS
+#       (default 10), each sample put in one area (SQLite with its system
+#       calls, the ledger's Go code, the log line, the core's HTTP client,
+#       garbage collection, the relay's own request path, the scheduler).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=$PWD/bin
@@ -52,6 +66,73 @@ start_core() {
   core="http://$(listening "$w/core.log")"
 }
 load() { "$B/channel" load --relay "$relay" --conns "${conns:-16}" --duration "$1" --dup-ratio 0.1 --amount 1 --core "$core"; }
+
+# The per-transfer counts (versus-redis, versus): perf's tracepoints on a
+# process, divided by the transfers sent.
+events=task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync,syscalls:sys_enter_pwrite64,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_pread64,syscalls:sys_enter_read,syscalls:sys_enter_futex
+# per_tx FILE SENT: perf's counts in FILE, per transfer.
+per_tx() {
+  awk -v n="$2" '/^#/ || NF < 2 { next }
+    { ev = ($2 ~ /^[a-z_]+:|-/) ? $2 : $3 }
+    ev == "task-clock" { printf " cpu_us=%.0f", $1 * 1000 / n }
+    ev ~ /context-switches|sys_enter/ { name = ev; sub(/.*sys_enter_?/, "", name); if (name == "") name = "syscalls"
+      if (ev ~ /context/) name = "ctxsw"; printf " %s=%.2f", name, $1 / n }' "$1"
+}
+# srv_tx FILE SENT: per_tx of a server's processes, each count named srv_*.
+srv_tx() { per_tx "$1" "$2" | sed -e 's/^ //' -e 's/\([a-z_0-9]*\)=/srv_\1=/g'; }
+# writes_per_fsync LINE: the group commit's batch, from per_tx's fsyncs (two
+# durable writes a transfer: the claim and the finish).
+writes_per_fsync() {
+  awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^(fsync|fdatasync)=/) { split($i, kv, "="); f += kv[2] } }
+    END { if (f > 0) printf "writes_per_fsync=%.1f", 2 / f }' <<<"$1"
+}
+# medians ROUNDS FILE: each measure's median and spread per relay and
+# connections, from FILE's lines "RELAY CONNS ROUND TX/S name=value...".
+medians() {
+  echo "medians over $1 rounds (spread in brackets):"
+  # The measures in the order of the lines' fields, tx/s first.
+  awk '{ k = $1 " " $2; n[k]++; v[k, "tx/s", n[k]] = $4
+         for (i = 5; i <= NF; i++) if ($i ~ /=/) { split($i, kv, "="); v[k, kv[1], n[k]] = kv[2]
+           if (!(kv[1] in seen)) { seen[kv[1]] = 1; order[++m] = kv[1] } } }
+    function med(k, name, c,   i, j, x, a) { for (i = 1; i <= c; i++) a[i] = v[k, name, i] + 0
+      for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
+      return sprintf("%s [%s-%s]", a[int((c + 1) / 2)], a[1], a[c]) }
+    END { for (k in n) { line = k ": tx/s=" med(k, "tx/s", n[k])
+      for (i = 1; i <= m; i++) if ((k, order[i], 1) in v) line = line " " order[i] "=" med(k, order[i], n[k])
+      print "  " line } }' "$2" | sort -k2,2n -k1,1
+}
+# measure MODE CONNS ROUND SERVER: a warm-up second, then SECONDS of load
+# with perf stat on the relay ($rpid) and, if given, the server's processes
+# (a PID, or pgdata:DIR for a PostgreSQL cluster's postmaster and every
+# process it started, read after the warm-up, once the relay's sessions
+# are open); prints and keeps one line of per-transfer counts, then stops
+# the relay.
+measure() {
+  local mode=$1 round=$3 spids=$4 ppid spid="" out sent tps twice line pm
+  conns=$2
+  relay=$(listening "$w/relay.log")
+  load 1 >/dev/null
+  if [[ "$spids" == pgdata:* ]]; then
+    pm=$(head -n1 "${spids#pgdata:}/postmaster.pid")
+    spids="$pm,$(pgrep -d, -P "$pm")"
+  fi
+  perf stat -x' ' -e "$events" -p "$rpid" -o "$w/perf.relay" -- sleep $((secs + 1)) &
+  ppid=$!
+  if [ -n "$spids" ]; then
+    perf stat -x' ' -e "$events" -p "$spids" -o "$w/perf.srv" -- sleep $((secs + 1)) &
+    spid=$!
+  fi
+  out=$(load "$secs")
+  wait "$ppid" $spid || true
+  kill "$rpid"; wait "$rpid" 2>/dev/null || true
+  sent=$(sed -n 's/.* sent=\([0-9]*\) .*/\1/p' <<<"$out")
+  tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
+  twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
+  line="$(per_tx "$w/perf.relay" "$sent")"
+  if [ -n "$spids" ]; then line="$line $(srv_tx "$w/perf.srv" "$sent")"; fi
+  if [ "${count_batches:-}" = 1 ]; then line="$line $(writes_per_fsync "$line")"; fi
+  printf "%-6s %-6s %-6s %8s %s applied_twice=%s\n" "$mode" "$conns" "$round" "$tps" "$line" "$twice" | tee -a "$w/rounds"
+}
 
 case "${1:-}" in
 restart)
@@ -142,18 +223,9 @@ versus-redis)
   rspid=$!
   pids+=($rspid)
   for _ in $(seq 1 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-  events=task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync,syscalls:sys_enter_pwrite64,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_pread64,syscalls:sys_enter_read,syscalls:sys_enter_futex
-  # per_tx FILE SENT: perf's counts in FILE, per transfer.
-  per_tx() {
-    awk -v n="$2" '/^#/ || NF < 2 { next }
-      { ev = ($2 ~ /^[a-z_]+:|-/) ? $2 : $3 }
-      ev == "task-clock" { printf " cpu_us=%.0f", $1 * 1000 / n }
-      ev ~ /context-switches|sys_enter/ { name = ev; sub(/.*sys_enter_?/, "", name); if (name == "") name = "syscalls"
-        if (ev ~ /context/) name = "ctxsw"; printf " %s=%.2f", name, $1 / n }' "$1"
-  }
   printf "%-6s %-6s %-6s %8s  %s\n" relay conns round tx/s "per transfer: the relay process (srv_*: redis-server's)"
   : >"$w/rounds"
-  for conns in $conns_list; do
+  for c in $conns_list; do
   for round in $(seq 1 "$rounds"); do
     order="dedup redis"
     [ $((round % 2)) -eq 0 ] && order="redis dedup"
@@ -162,48 +234,97 @@ versus-redis)
       if [ "$mode" = redis ]; then
         redis-cli -p "$rport" flushall >/dev/null
         REDIS_ADDR=127.0.0.1:$rport "$B/redisrelay" --db "$w/vr.db" --listen 127.0.0.1:0 --core "$core" 2>"$w/relay.log" &
+        rpid=$!
+        count_batches="" measure "$mode" "$c" "$round" "$rspid"
       else
         "$B/relay" --db "$w/vr.db" --listen 127.0.0.1:0 --core "$core" 2>"$w/relay.log" &
+        rpid=$!
+        count_batches=1 measure "$mode" "$c" "$round" ""
       fi
-      rpid=$!
-      relay=$(listening "$w/relay.log")
-      load 1 >/dev/null
-      perf stat -x' ' -e "$events" -p "$rpid" -o "$w/perf.relay" -- sleep $((secs + 1)) &
-      ppid=$!
-      perf stat -x' ' -e "$events" -p "$rspid" -o "$w/perf.redis" -- sleep $((secs + 1)) &
-      spid=$!
-      out=$(load "$secs")
-      wait "$ppid" "$spid" || true
-      kill "$rpid"; wait "$rpid" 2>/dev/null || true
-      sent=$(sed -n 's/.* sent=\([0-9]*\) .*/\1/p' <<<"$out")
-      tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
-      twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
-      line="$(per_tx "$w/perf.relay" "$sent")"
-      if [ "$mode" = redis ]; then
-        # redis-server's own counts, named srv_*.
-        line="$line $(per_tx "$w/perf.redis" "$sent" | sed -e 's/^ //' -e 's/\([a-z_0-9]*\)=/srv_\1=/g')"
-      else
-        # Two durable writes a transfer (the claim, the finish): the
-        # writes each fsync carried is the group commit's batch.
-        line="$line $(awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^(fsync|fdatasync)=/) { split($i, kv, "="); f += kv[2] } }
-          END { if (f > 0) printf "writes_per_fsync=%.1f", 2 / f }' <<<"$line")"
-      fi
-      printf "%-6s %-6s %-6s %8s %s applied_twice=%s\n" "$mode" "$conns" "$round" "$tps" "$line" "$twice" | tee -a "$w/rounds"
     done
   done
   done
-  # The median and the spread of every measure, per relay and connections.
-  echo "medians over $rounds rounds (spread in brackets):"
-  awk '{ k = $1 " " $2; n[k]++; v[k, "tx/s", n[k]] = $4; names[k, "tx/s"] = 1
-         for (i = 5; i <= NF; i++) if ($i ~ /=/) { split($i, kv, "="); v[k, kv[1], n[k]] = kv[2]; names[k, kv[1]] = 1 } }
-    function med(k, m, c,   i, j, x, a) { for (i = 1; i <= c; i++) a[i] = v[k, m, i] + 0
-      for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
-      return sprintf("%s [%s-%s]", a[int((c + 1) / 2)], a[1], a[c]) }
-    END { for (k in n) { line = k ":"; for (km in names) { split(km, p, SUBSEP); if (p[1] == k) line = line " " p[2] "=" med(k, p[2], n[k]) }
-      print "  " line } }' "$w/rounds" | sort -k2,2n -k1,1
+  medians "$rounds" "$w/rounds"
+  ;;
+versus)
+  [ $# -ge 4 ] || { echo "usage: $0 versus RELAY_A RELAY_B sqlite|postgres [SECONDS] [ROUNDS] [CONNS...]" >&2; exit 2; }
+  bin_a=$2 bin_b=$3 kind=$4 secs=${5:-10} rounds=${6:-3}
+  shift $(( $# < 6 ? $# : 6 ))
+  conns_list=${*:-16}
+  for b in "$bin_a" "$bin_b"; do [ -x "$b" ] || { echo "versus: $b is not an executable relay" >&2; exit 2; }; done
+  case "$kind" in sqlite|postgres) ;; *) echo "versus: the ledger is sqlite or postgres, not $kind" >&2; exit 2 ;; esac
+  command -v perf >/dev/null || { echo "versus needs perf" >&2; exit 1; }
+  start_core
+  srv="" db="$w/vr.db"
+  if [ "$kind" = postgres ]; then
+    mkdir -p "$w/pg"; chmod 755 "$w"
+    db=$(scripts/pg.sh start "$w/pg")
+    trap 'scripts/pg.sh stop "$w/pg"; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$w"' EXIT
+  fi
+  printf "%-6s %-6s %-6s %8s  %s\n" relay conns round tx/s "per transfer: the relay process (srv_*: the database server's)"
+  echo "A: $bin_a"
+  echo "B: $bin_b"
+  : >"$w/rounds"
+  for c in $conns_list; do
+  for round in $(seq 1 "$rounds"); do
+    order="A B"
+    [ $((round % 2)) -eq 0 ] && order="B A"
+    for mode in $order; do
+      bin=$bin_a
+      [ "$mode" = B ] && bin=$bin_b
+      if [ "$kind" = postgres ]; then
+        PGOPTIONS="-c client_min_messages=warning" psql "$db" -qc "DROP SCHEMA public CASCADE; CREATE SCHEMA public" >/dev/null
+      else
+        rm -f "$w"/vr.db*
+      fi
+      "$bin" --db "$db" --listen 127.0.0.1:0 --core "$core" 2>"$w/relay.log" &
+      rpid=$!
+      [ "$kind" = postgres ] && srv="pgdata:$w/pg/data"
+      count_batches=$([ "$kind" = sqlite ] && echo 1 || true) measure "$mode" "$c" "$round" "$srv"
+    done
+  done
+  done
+  medians "$rounds" "$w/rounds"
+  ;;
+profile)
+  secs=${2:-10} conns=${3:-64}
+  command -v perf >/dev/null || { echo "profile needs perf" >&2; exit 1; }
+  start_core
+  "$B/relay" --db "$w/vr.db" --listen 127.0.0.1:0 --core "$core" 2>"$w/relay.log" &
+  rpid=$!
+  pids+=($rpid)
+  relay=$(listening "$w/relay.log")
+  load 1 >/dev/null
+  perf record -g -F 999 -p "$rpid" -o "$w/perf.data" -- sleep "$secs" 2>/dev/null &
+  ppid=$!
+  load "$secs"
+  wait "$ppid" || true
+  # Each sample goes to the first area its stack shows, in this order:
+  # SQLite's C code and the system calls it makes (perf cannot follow a
+  # stack from C back into Go, so these stand alone), the ledger's Go
+  # code, the per-transfer log line, the core's HTTP client, the garbage
+  # collector, the rest of the relay's request path, the Go scheduler.
+  echo "where the relay's CPU went, $conns connections, $secs s (share of perf's samples):"
+  perf script -i "$w/perf.data" 2>/dev/null | awk '
+    function flush() {
+      if (frames == "") return
+      area = "other (runtime, kernel entry, idle loops)"
+      if (frames ~ /sqlite3|[Ww]al[A-Z]|[Pp]ager|[Bb]tree|pcache|unix(Sync|Write|Read|Lock|ShmLock)|do_fsync|pwrite64|__libc_pwrite|__libc_pread|pread64|fdatasync|_cgo|cgocall|go-sqlite3|fcntl/) area = "SQLite: C code, cgo and its system calls"
+      else if (frames ~ /dedup\/ledger/) area = "ledger: Go code"
+      else if (frames ~ /logTx|log\/slog/) area = "the log line"
+      else if (frames ~ /net\/http|coreapi/) area = "the core HTTP client"
+      else if (frames ~ /gcBgMark|gcDrain|markroot|bgsweep|scavenge|mallocgc/) area = "garbage collection and allocation"
+      else if (frames ~ /dedup\/internal\/relay/) area = "the relay: telegrams, connections"
+      else if (frames ~ /runtime\.(schedule|findRunnable|mcall|park_m|sysmon|mstart)/) area = "Go scheduler"
+      share[area]++; total++; frames = ""
+    }
+    /^[^ \t]/ { flush(); frames = " "; next }
+    /^$/ { flush(); next }
+    { frames = frames " " $2 }
+    END { flush(); for (a in share) printf "  %5.1f%%  %s\n", 100 * share[a] / total, a }' | sort -rn
   ;;
 *)
-  echo "usage: $0 restart RELAY_BIN DB [ROUNDS] [warm|cold] | purge DB PURGE_BIN [SECONDS] | versus-redis [SECONDS] [ROUNDS]" >&2
+  echo "usage: $0 restart RELAY_BIN DB [ROUNDS] [warm|cold] | purge DB PURGE_BIN [SECONDS] | versus-redis [SECONDS] [ROUNDS] [CONNS...] | versus RELAY_A RELAY_B sqlite|postgres [SECONDS] [ROUNDS] [CONNS...] | profile [SECONDS] [CONNS]" >&2
   exit 2
   ;;
 esac
