@@ -196,8 +196,12 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	// secure_delete: a purged request's bytes (accounts, memo) are
 	// overwritten, not left in free pages; set explicitly, as builds
 	// differ in its default.
-	params := fmt.Sprintf("_journal_mode=WAL&_synchronous=%s&_busy_timeout=%d&_txlock=immediate&_secure_delete=on",
-		synchronous, ledger.BusyTimeout.Milliseconds())
+	// vfs: each commit's WAL frames in one write (walbuf.go).
+	if err := registerWALBuffer(); err != nil {
+		return nil, err
+	}
+	params := fmt.Sprintf("_journal_mode=WAL&_synchronous=%s&_busy_timeout=%d&_txlock=immediate&_secure_delete=on&vfs=%s",
+		synchronous, ledger.BusyTimeout.Milliseconds(), walbufVFS)
 	wdb, err := sql.Open("sqlite3", path+"?"+params)
 	if err != nil {
 		return nil, err
