@@ -414,7 +414,7 @@ func TestRecurringReadsUseTheIndexOnceTheTableGrew(t *testing.T) {
 SELECT format('20261201PLN%s', lpad(i::text, 21, '0')), 'TRF00001', 'DONE', 1, now() FROM generate_series($1::int, $2::int) i`, from, to)
 		assert.NilError(t, err)
 	}
-	grow(1000000, 1001999) // a relay's first seconds: a few dozen pages
+	grow(1000000, 1001999)    // a relay's first seconds: a few dozen pages
 	for i := 0; i < 10; i++ { // past the five custom plans
 		run(i * 8)
 	}
