@@ -27,7 +27,8 @@
 #       (default 3), at each of CONNS connections (default 16); per
 #       transfer, counted by perf's tracepoints on each process: CPU,
 #       system calls, fsyncs, pwrite64 calls, writes, futex calls, context
-#       switches, for the relay and for redis-server apart, and for dedup
+#       switches, and the KiB written to files (/proc/PID/io write_bytes),
+#       for the relay and for redis-server apart, and for dedup
 #       the writes per fsync (its group commit's batch: two writes a
 #       transfer); then each measure's median and spread over the rounds.
 #       Needs perf and Debian's redis-server.
@@ -101,6 +102,17 @@ medians() {
       for (i = 1; i <= m; i++) if ((k, order[i], 1) in v) line = line " " order[i] "=" med(k, order[i], n[k])
       print "  " line } }' "$2" | sort -k2,2n -k1,1
 }
+# file_bytes PIDS: what the processes (comma-separated) have written to files
+# so far: /proc/PID/io's write_bytes, the page-cache pages their writes
+# dirtied (a page written again before it reached the disk counts once).
+file_bytes() {
+  local t=0 p b
+  for p in ${1//,/ }; do
+    b=$(awk '/^write_bytes/ { print $2 }' "/proc/$p/io" 2>/dev/null)
+    t=$((t + ${b:-0}))
+  done
+  echo "$t"
+}
 # measure MODE CONNS ROUND SERVER: a warm-up second, then SECONDS of load
 # with perf stat on the relay ($rpid) and, if given, the server's processes
 # (a PID, or pgdata:DIR for a PostgreSQL cluster's postmaster and every
@@ -116,6 +128,8 @@ measure() {
     pm=$(head -n1 "${spids#pgdata:}/postmaster.pid")
     spids="$pm,$(pgrep -d, -P "$pm")"
   fi
+  local rb0 sb0 rb1 sb1
+  rb0=$(file_bytes "$rpid") sb0=$(file_bytes "$spids")
   perf stat -x' ' -e "$events" -p "$rpid" -o "$w/perf.relay" -- sleep $((secs + 1)) &
   ppid=$!
   if [ -n "$spids" ]; then
@@ -124,12 +138,15 @@ measure() {
   fi
   out=$(load "$secs")
   wait "$ppid" $spid || true
+  rb1=$(file_bytes "$rpid") sb1=$(file_bytes "$spids")
   kill "$rpid"; wait "$rpid" 2>/dev/null || true
   sent=$(sed -n 's/.* sent=\([0-9]*\) .*/\1/p' <<<"$out")
   tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
   twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
-  line="$(per_tx "$w/perf.relay" "$sent")"
-  if [ -n "$spids" ]; then line="$line $(srv_tx "$w/perf.srv" "$sent")"; fi
+  line="$(per_tx "$w/perf.relay" "$sent")$(awk -v b=$((rb1 - rb0)) -v n="$sent" 'BEGIN { printf " file_kib=%.2f", b / 1024 / (n > 0 ? n : 1) }')"
+  if [ -n "$spids" ]; then
+    line="$line $(srv_tx "$w/perf.srv" "$sent")$(awk -v b=$((sb1 - sb0)) -v n="$sent" 'BEGIN { printf " srv_file_kib=%.2f", b / 1024 / (n > 0 ? n : 1) }')"
+  fi
   if [ "${count_batches:-}" = 1 ]; then line="$line $(writes_per_fsync "$line")"; fi
   printf "%-6s %-6s %-6s %8s %s applied_twice=%s\n" "$mode" "$conns" "$round" "$tps" "$line" "$twice" | tee -a "$w/rounds"
 }
