@@ -234,6 +234,16 @@ func TestReconcileRefusesABadJournalAndChangesNothing(t *testing.T) {
 			assert.DeepEqual(t, rowsSnapshot(t, db), before)
 		})
 	}
+	// A journal file that cannot be opened is refused before the ledger
+	// is opened: a mistyped --db is not even created.
+	nowhere := filepath.Join(t.TempDir(), "relay.db")
+	missing := filepath.Join(dir, "missing.csv")
+	res0 := runJob(t, "reconcile", "--db", nowhere, "--journal", missing, "--date", today())
+	assert.Check(t, is.Equal(res0.ExitCode, 1))
+	assert.Check(t, strings.Contains(res0.Stderr(), "reconcile: error: --journal: open "+missing+": no such file or directory"), res0.Stderr())
+	_, err := os.Stat(nowhere)
+	assert.Check(t, os.IsNotExist(err), "a refused journal created the ledger %s", nowhere)
+
 	// A refused journal's textfile records a failed run and no counts.
 	prom := filepath.Join(t.TempDir(), "reconcile.prom")
 	res := runJob(t, "reconcile", "--db", path, "--journal", file("bad.csv", head+strings.Replace(good, ",1000,", ",x,", 1), 0o600), "--date", today(), "--metrics-textfile", prom)

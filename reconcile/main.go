@@ -28,11 +28,22 @@ type flags struct {
 	connect.LedgerFlags
 	Date    string `name:"date" placeholder:"YYYYMMDD" help:"The business date to reconcile (default: yesterday, this host's local time)."`
 	Journal string `name:"journal" placeholder:"FILE" help:"Read the day's journal from this CSV file (owned by root or this user, writable by its owner only) instead of --core."`
-	coreapi.Flags
+	coreFlags
 	DryRun bool `name:"dry-run" help:"Change nothing; report what would change."`
 	job.JobFlags
 	cli.Logging
 }
+
+// coreFlags are the core's flags as reconcile takes them: --core has no
+// default (the journal comes from the one source named), and --timeout
+// bounds each wait for the journal's next bytes.
+type coreFlags struct {
+	coreapi.Flags `set:"core_default=" set:"core_placeholder=URL" set:"timeout_help=Seconds to wait for the journal's next bytes from the core once connected; then the run fails."`
+}
+
+// Validate leaves the core's flags to flags.Validate, which checks them
+// only when --core is given: with --journal, --core is empty.
+func (coreFlags) Validate() error { return nil }
 
 // Validate asks for a date that exists and exactly one of --core and
 // --journal.
@@ -76,7 +87,15 @@ func main() {
 		f.Date = time.Now().AddDate(0, 0, -1).Format("20060102")
 	}
 	var src reconcile.Source = reconcile.FileSource{Path: f.Journal}
-	if f.Journal == "" {
+	if f.Journal != "" {
+		// A journal file that cannot be used is refused before the
+		// ledger is opened (or created); it is opened again to be read.
+		j, err := src.Open(context.Background())
+		if err != nil {
+			cli.Fatal("reconcile", err)
+		}
+		j.Close()
+	} else {
 		src = reconcile.CoreSource{Client: f.MustCoreClient("reconcile"), URL: f.Core, Date: f.Date}
 	}
 	os.Exit(job.RunJob("reconcile", f.LedgerFlags, f.JobFlags, log, []any{"date", f.Date, "journal", src.String(), "dry_run", f.DryRun},

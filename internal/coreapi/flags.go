@@ -11,8 +11,8 @@ import (
 // Flags are the flags of a binary that calls the core: its URL, the
 // timeouts and the TLS files.
 type Flags struct {
-	Core           string      `name:"core" default:"http://127.0.0.1:9201" help:"The core's base URL, http:// or https://."`
-	Timeout        cli.Seconds `name:"timeout" default:"3" help:"Seconds for the whole exchange with the core once connected; then E901."`
+	Core           string      `name:"core" default:"${core_default=http://127.0.0.1:9201}" placeholder:"${core_placeholder=}" help:"The core's base URL, http:// or https://."`
+	Timeout        cli.Seconds `name:"timeout" default:"3" help:"${timeout_help=Seconds for the whole exchange with the core once connected; then E901.}"`
 	ConnectTimeout cli.Seconds `name:"connect-timeout" default:"1" help:"Seconds to obtain a connection to the core (TCP and TLS handshake); then E902."`
 	CoreCA         string      `name:"core-ca" placeholder:"FILE" help:"PEM bundle the core's certificate must chain to (default: the system roots). The host name is always verified."`
 	CoreCert       string      `name:"core-cert" placeholder:"FILE" help:"PEM client certificate for mutual TLS to the core (with --core-key)."`
