@@ -109,7 +109,7 @@ extern int sqlite3_vfs_register(sqlite3_vfs *, int makeDflt) __attribute__((weak
 typedef struct walFile {
 	sqlite3_file base;
 	sqlite3_file *real;
-	char *buf;           // the held header, then its frame; allocated at the first
+	char *buf;           // the held header, then its whole frame; allocated at the first header held
 	int len;             // bytes in buf: 0, or frameHeader while a header is held
 	sqlite3_int64 at;    // the file offset of buf[0]
 	sqlite3_int64 end;   // end of the highest byte written since the WAL's header
