@@ -113,6 +113,10 @@ file_bytes() {
   done
   echo "$t"
 }
+# host_jiffies: the whole machine's busy and idle (with iowait) clock ticks
+# so far, from /proc/stat: what every process and kernel thread spent,
+# the disk's writeback and the load generator included.
+host_jiffies() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
 # measure MODE CONNS ROUND SERVER: a warm-up second, then SECONDS of load
 # with perf stat on the relay ($rpid) and, if given, the server's processes
 # (a PID, or pgdata:DIR for a PostgreSQL cluster's postmaster and every
@@ -128,8 +132,8 @@ measure() {
     pm=$(head -n1 "${spids#pgdata:}/postmaster.pid")
     spids="$pm,$(pgrep -d, -P "$pm")"
   fi
-  local rb0 sb0 rb1 sb1
-  rb0=$(file_bytes "$rpid") sb0=$(file_bytes "$spids")
+  local rb0 sb0 rb1 sb1 h0 h1
+  rb0=$(file_bytes "$rpid") sb0=$(file_bytes "$spids") h0=$(host_jiffies)
   perf stat -x' ' -e "$events" -p "$rpid" -o "$w/perf.relay" -- sleep $((secs + 1)) &
   ppid=$!
   if [ -n "$spids" ]; then
@@ -137,6 +141,7 @@ measure() {
     spid=$!
   fi
   out=$(load "$secs")
+  h1=$(host_jiffies)
   wait "$ppid" $spid || true
   rb1=$(file_bytes "$rpid") sb1=$(file_bytes "$spids")
   kill "$rpid"; wait "$rpid" 2>/dev/null || true
@@ -144,6 +149,10 @@ measure() {
   tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
   twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
   line="$(per_tx "$w/perf.relay" "$sent")$(awk -v b=$((rb1 - rb0)) -v n="$sent" 'BEGIN { printf " file_kib=%.2f", b / 1024 / (n > 0 ? n : 1) }')"
+  # host_us: the machine's busy CPU per transfer; host_idle: the share of
+  # its CPU time left idle or waiting on the disk.
+  line="$line $(awk -v a="$h0" -v b="$h1" -v n="$sent" -v hz="$(getconf CLK_TCK)" 'BEGIN { split(a, x, " "); split(b, y, " ")
+    busy = y[1] - x[1]; idle = y[2] - x[2]; printf "host_us=%.0f host_idle=%.2f", busy / hz * 1e6 / (n > 0 ? n : 1), idle / (busy + idle > 0 ? busy + idle : 1) }')"
   if [ -n "$spids" ]; then
     line="$line $(srv_tx "$w/perf.srv" "$sent")$(awk -v b=$((sb1 - sb0)) -v n="$sent" 'BEGIN { printf " srv_file_kib=%.2f", b / 1024 / (n > 0 ? n : 1) }')"
   fi
