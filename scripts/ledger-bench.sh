@@ -30,14 +30,20 @@
 #       switches, and the KiB written to files (/proc/PID/io write_bytes),
 #       for the relay and for redis-server apart, and for dedup
 #       the writes per fsync (its group commit's batch: two writes a
-#       transfer); then each measure's median and spread over the rounds.
+#       transfer); and the whole machine's: its busy CPU per transfer
+#       (host_us), the share of it left idle (host_idle), and where the
+#       busy time went (host_relay_us, host_srv_us, host_load_us for the
+#       load generator, host_core_us for the fixture core, host_kernel_us
+#       for the kernel's threads, host_rest_us for the remainder); then
+#       each measure's median and spread over the rounds.
 #       Needs perf and Debian's redis-server.
 #   scripts/ledger-bench.sh versus RELAY_A RELAY_B sqlite|postgres [SECONDS] [ROUNDS] [CONNS...]
 #       a change before and after, in one run: two relay binaries (say,
 #       main's and a branch's) on the same kind of ledger, emptied before
 #       each point, alternating which goes first, SECONDS (default 10)
 #       each, ROUNDS (default 3), at each of CONNS connections (default
-#       16); the same per-transfer counts, and for postgres (a throwaway
+#       16); the same per-transfer counts, the machine's included, and
+#       for postgres (a throwaway
 #       cluster, scripts/pg.sh) the server's own as srv_*; then the medians
 #       and spreads.
 #   scripts/ledger-bench.sh profile [SECONDS] [CONNS]
@@ -113,10 +119,44 @@ file_bytes() {
   done
   echo "$t"
 }
-# host_jiffies: the whole machine's busy and idle (with iowait) clock ticks
-# so far, from /proc/stat: what every process and kernel thread spent,
-# the disk's writeback and the load generator included.
-host_jiffies() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
+# host_clock: the seconds since boot and the seconds all CPUs spent idle
+# (/proc/uptime; idle time is measured, not sampled at the tick): busy
+# time is then the elapsed seconds times the CPUs, less idle. It counts
+# every process and kernel thread: the disk's writeback and the load
+# generator included.
+host_clock() { cat /proc/uptime; }
+# cpu_ticks: every live process's PID, name and CPU ticks so far (user and
+# system), and this script's reaped children's (the load generator's runs)
+# as "load".
+cpu_ticks() {
+  local f l
+  for f in /proc/[0-9]*/stat; do { read -r l <"$f" && echo "$l"; } 2>/dev/null; done | awk -v self=$$ 'NF {
+    n = split($0, a, ") "); c = substr(a[1], index(a[1], "(") + 1); split(a[n], f, " ")
+    print $1, c, f[12] + f[13]; if ($1 == self) print "load", "load", f[14] + f[15] }'
+}
+# host_split BEFORE AFTER SENT RELAY_PID SERVER_PIDS CLOCK_BEFORE CLOCK_AFTER:
+# the machine's busy CPU per transfer in µs (host_us), the share of its CPU
+# time left idle (host_idle), and where the busy time went: the relay, its
+# database server, the load generator, the fixture core, the kernel's own
+# threads (writeback, the file system's journal, block I/O, deferred
+# interrupts), and the rest (other processes, interrupts charged to no
+# thread; small, and within the counts' noise).
+host_split() {
+  awk -v n="$3" -v relay="$4" -v srv=",$5," -v hz="$(getconf CLK_TCK)" -v ncpu="$(nproc)" -v c0="$6" -v c1="$7" '
+    FNR == NR { t0[$1 " " $2] = $3; next }
+    { d = $3 - t0[$1 " " $2]; if (d <= 0) next
+      g = ""
+      if ($1 == relay) g = "relay"; else if (index(srv, "," $1 ",")) g = "srv"
+      else if ($1 == "load") g = "load"; else if ($2 ~ /^fixturecore/) g = "core"
+      else if ($2 ~ /^(kworker|jbd2|flush|ksoftirqd|kblockd|irq\/|rcu)/) g = "kernel"
+      if (g != "") s[g] += d / hz }
+    END { n = n > 0 ? n : 1; split(c0, a, " "); split(c1, b, " ")
+      wall = (b[1] - a[1]) * ncpu; idle = b[2] - a[2]; busy = wall - idle
+      printf "host_us=%.0f host_idle=%.2f", busy * 1e6 / n, idle / (wall > 0 ? wall : 1)
+      split("relay srv load core kernel", o, " ")
+      for (i = 1; i <= 5; i++) { printf " host_%s_us=%.0f", o[i], s[o[i]] * 1e6 / n; busy -= s[o[i]] }
+      printf " host_rest_us=%.0f", busy * 1e6 / n }' "$1" "$2"
+}
 # measure MODE CONNS ROUND SERVER: a warm-up second, then SECONDS of load
 # with perf stat on the relay ($rpid) and, if given, the server's processes
 # (a PID, or pgdata:DIR for a PostgreSQL cluster's postmaster and every
@@ -133,7 +173,8 @@ measure() {
     spids="$pm,$(pgrep -d, -P "$pm")"
   fi
   local rb0 sb0 rb1 sb1 h0 h1
-  rb0=$(file_bytes "$rpid") sb0=$(file_bytes "$spids") h0=$(host_jiffies)
+  rb0=$(file_bytes "$rpid") sb0=$(file_bytes "$spids") h0=$(host_clock)
+  cpu_ticks >"$w/ticks0"
   perf stat -x' ' -e "$events" -p "$rpid" -o "$w/perf.relay" -- sleep $((secs + 1)) &
   ppid=$!
   if [ -n "$spids" ]; then
@@ -141,7 +182,8 @@ measure() {
     spid=$!
   fi
   out=$(load "$secs")
-  h1=$(host_jiffies)
+  h1=$(host_clock)
+  cpu_ticks >"$w/ticks1"
   wait "$ppid" $spid || true
   rb1=$(file_bytes "$rpid") sb1=$(file_bytes "$spids")
   kill "$rpid"; wait "$rpid" 2>/dev/null || true
@@ -149,10 +191,7 @@ measure() {
   tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
   twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
   line="$(per_tx "$w/perf.relay" "$sent")$(awk -v b=$((rb1 - rb0)) -v n="$sent" 'BEGIN { printf " file_kib=%.2f", b / 1024 / (n > 0 ? n : 1) }')"
-  # host_us: the machine's busy CPU per transfer; host_idle: the share of
-  # its CPU time left idle or waiting on the disk.
-  line="$line $(awk -v a="$h0" -v b="$h1" -v n="$sent" -v hz="$(getconf CLK_TCK)" 'BEGIN { split(a, x, " "); split(b, y, " ")
-    busy = y[1] - x[1]; idle = y[2] - x[2]; printf "host_us=%.0f host_idle=%.2f", busy / hz * 1e6 / (n > 0 ? n : 1), idle / (busy + idle > 0 ? busy + idle : 1) }')"
+  line="$line $(host_split "$w/ticks0" "$w/ticks1" "$sent" "$rpid" "$spids" "$h0" "$h1")"
   if [ -n "$spids" ]; then
     line="$line $(srv_tx "$w/perf.srv" "$sent")$(awk -v b=$((sb1 - sb0)) -v n="$sent" 'BEGIN { printf " srv_file_kib=%.2f", b / 1024 / (n > 0 ? n : 1) }')"
   fi
