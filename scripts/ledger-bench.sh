@@ -119,12 +119,13 @@ file_bytes() {
   done
   echo "$t"
 }
-# host_clock: the seconds since boot and the seconds all CPUs spent idle
-# (/proc/uptime; idle time is measured, not sampled at the tick): busy
-# time is then the elapsed seconds times the CPUs, less idle. It counts
-# every process and kernel thread: the disk's writeback and the load
-# generator included.
-host_clock() { cat /proc/uptime; }
+# host_clock: the seconds since boot (/proc/uptime) and the ticks all CPUs
+# spent idle or waiting on the disk (/proc/stat; both measured when a CPU
+# goes idle and wakes, where the busy fields are sampled at the tick and
+# miss about a twentieth here). Busy time is the elapsed seconds times the
+# CPUs, less those: every process and kernel thread, the disk's writeback
+# and the load generator included.
+host_clock() { echo "$(cut -d' ' -f1 /proc/uptime) $(awk '$1 == "cpu" { print $5 + $6 }' /proc/stat)"; }
 # cpu_ticks: every live process's PID, name and CPU ticks so far (user and
 # system), and this script's reaped children's (the load generator's runs)
 # as "load".
@@ -151,7 +152,7 @@ host_split() {
       else if ($2 ~ /^(kworker|jbd2|flush|ksoftirqd|kblockd|irq\/|rcu)/) g = "kernel"
       if (g != "") s[g] += d / hz }
     END { n = n > 0 ? n : 1; split(c0, a, " "); split(c1, b, " ")
-      wall = (b[1] - a[1]) * ncpu; idle = b[2] - a[2]; busy = wall - idle
+      wall = (b[1] - a[1]) * ncpu; idle = (b[2] - a[2]) / hz; busy = wall - idle
       printf "host_us=%.0f host_idle=%.2f", busy * 1e6 / n, idle / (wall > 0 ? wall : 1)
       split("relay srv load core kernel", o, " ")
       for (i = 1; i <= 5; i++) { printf " host_%s_us=%.0f", o[i], s[o[i]] * 1e6 / n; busy -= s[o[i]] }
