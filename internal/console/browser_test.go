@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,6 +102,7 @@ func TestManualSettlementInTwoBrowsers(t *testing.T) {
 	}
 	policyDir := "/etc/chromium/policies/managed"
 	assert.NilError(t, os.MkdirAll(policyDir, 0o755))
+	removeStalePolicies(t, policyDir)
 	policy := filepath.Join(policyDir, fmt.Sprintf("dedup-console-test-%d.json", os.Getpid()))
 	rule := fmt.Sprintf(`{"pattern":%q,"filter":{}}`, d.url)
 	assert.NilError(t, os.WriteFile(policy, []byte(fmt.Sprintf(`{"AutoSelectCertificateForUrls":[%q]}`, rule)), 0o644))
@@ -182,4 +185,24 @@ func TestManualSettlementInTwoBrowsers(t *testing.T) {
 	shoot(t, lee, "6-audit")
 	assert.Check(t, strings.HasPrefix(csv, "id,guid,at,actor,action,"), csv)
 	assert.Check(t, strings.Contains(csv, ",approve,"), csv)
+}
+
+// removeStalePolicies removes the certificate policies that earlier runs of
+// this test left behind when they were killed before their cleanup. Chromium
+// reads every file in the directory; where two give the same policy, the one
+// that sorts last wins, so a stale rule for another run's address left the
+// browser without a certificate for this run's console and the first page
+// never loaded (seen after a killed run; reproduced with a stale file named
+// to sort last). A file whose process still runs stays.
+func removeStalePolicies(t *testing.T, dir string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "dedup-console-test-*.json"))
+	assert.NilError(t, err)
+	for _, f := range files {
+		pid, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "dedup-console-test-"), ".json"))
+		if err != nil || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		assert.NilError(t, os.Remove(f))
+	}
 }
