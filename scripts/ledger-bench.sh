@@ -28,7 +28,8 @@
 #       transfer, counted by perf's tracepoints on each process: CPU,
 #       system calls, fsyncs, pwrite64 calls, writes, futex calls, context
 #       switches, and the KiB written to files (/proc/PID/io write_bytes),
-#       for the relay and for redis-server apart, and for dedup
+#       for the relay and for redis-server apart, the KiB that reached the
+#       disk from the whole machine (disk_kib), and for dedup
 #       the writes per fsync (its group commit's batch: two writes a
 #       transfer); and the whole machine's: its busy CPU per transfer
 #       (host_us), the share of it left idle (host_idle), and where the
@@ -119,6 +120,17 @@ file_bytes() {
   done
   echo "$t"
 }
+# disk_sectors: the sectors written so far to the block device that holds
+# the work directory (/proc/diskstats; empty when it is not a block device,
+# tmpfs say). This is what reached the disk from the whole machine, the
+# file system's journal included. write_bytes above can count far more
+# than that: on kernels whose page cache uses large folios (Linux 6.16 and
+# later on ext4), a write into a folio that an fsync had cleaned counts the
+# whole folio again; PostgreSQL's WAL, rewritten at each flush, shows this
+# (its backends' write_bytes twenty times what reached the disk), SQLite's
+# whole-page writes do not.
+disk_dev=$(basename "$(readlink -f "$(findmnt -no SOURCE --target "$w" 2>/dev/null || true)")")
+disk_sectors() { awk -v d="$disk_dev" '$3 == d { print $10 }' /proc/diskstats; }
 # host_clock: the seconds since boot (/proc/uptime) and the ticks all CPUs
 # spent idle or waiting on the disk (/proc/stat; both measured when a CPU
 # goes idle and wakes, where the busy fields are sampled at the tick and
@@ -173,8 +185,8 @@ measure() {
     pm=$(head -n1 "${spids#pgdata:}/postmaster.pid")
     spids="$pm,$(pgrep -d, -P "$pm")"
   fi
-  local rb0 sb0 rb1 sb1 h0 h1
-  rb0=$(file_bytes "$rpid") sb0=$(file_bytes "$spids") h0=$(host_clock)
+  local rb0 sb0 rb1 sb1 h0 h1 d0 d1
+  rb0=$(file_bytes "$rpid") sb0=$(file_bytes "$spids") h0=$(host_clock) d0=$(disk_sectors)
   cpu_ticks >"$w/ticks0"
   perf stat -x' ' -e "$events" -p "$rpid" -o "$w/perf.relay" -- sleep $((secs + 1)) &
   ppid=$!
@@ -183,7 +195,7 @@ measure() {
     spid=$!
   fi
   out=$(load "$secs")
-  h1=$(host_clock)
+  h1=$(host_clock) d1=$(disk_sectors)
   cpu_ticks >"$w/ticks1"
   wait "$ppid" $spid || true
   rb1=$(file_bytes "$rpid") sb1=$(file_bytes "$spids")
@@ -192,6 +204,9 @@ measure() {
   tps=$(sed -n 's/.* tps=\([0-9]*\).*/\1/p' <<<"$out")
   twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' <<<"$out")
   line="$(per_tx "$w/perf.relay" "$sent")$(awk -v b=$((rb1 - rb0)) -v n="$sent" 'BEGIN { printf " file_kib=%.2f", b / 1024 / (n > 0 ? n : 1) }')"
+  if [ -n "$d0" ] && [ -n "$d1" ]; then
+    line="$line $(awk -v b=$(((d1 - d0) * 512)) -v n="$sent" 'BEGIN { printf "disk_kib=%.2f", b / 1024 / (n > 0 ? n : 1) }')"
+  fi
   line="$line $(host_split "$w/ticks0" "$w/ticks1" "$sent" "$rpid" "$spids" "$h0" "$h1")"
   if [ -n "$spids" ]; then
     line="$line $(srv_tx "$w/perf.srv" "$sent")$(awk -v b=$((sb1 - sb0)) -v n="$sent" 'BEGIN { printf " srv_file_kib=%.2f", b / 1024 / (n > 0 ? n : 1) }')"
