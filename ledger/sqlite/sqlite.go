@@ -166,7 +166,9 @@ func (l *Ledger) prepareWriteConn(ctx context.Context) error {
 	// and measured worse: under a steady writer it never catches up with
 	// the WAL's end, so the WAL is never restarted and grows, and every
 	// commit's fsync then also journals the file's new size (1 caller:
-	// 0.75-0.95 ms per claim+finish against 0.52 ms).
+	// 0.75-0.95 ms per claim+finish against 0.52 ms). One whose leader
+	// copies the last frames itself, so that the WAL restarts, gained
+	// nothing either (docs/benchmarks.md, table 8).
 	// From here on the write connection waits for the lock itself (see
 	// begin), still for at most BusyTimeout; statements inside a
 	// transaction that holds the lock never wait.
