@@ -329,6 +329,68 @@ func TestOneFailingStatementFailsOnlyItsOwnWrite(t *testing.T) {
 	}
 }
 
+// TestABatchStalledOnARowLockHoldsUpOnlyItsOwnWrites: another session
+// (a person in psql, a tool's transaction) holds a row's lock, so the
+// batch carrying that row's finish waits, for up to the lock timeout.
+// New claims meanwhile must commit through the other writer, before the
+// lock is released; with one writer they would all queue behind the
+// stalled batch.
+func TestABatchStalledOnARowLockHoldsUpOnlyItsOwnWrites(t *testing.T) {
+	db := pgtest.SharedDatabase(t)
+	l, err := Open(db, ledger.Options{})
+	assert.NilError(t, err)
+	defer l.Close()
+	const locked = "20261206LCK000000000000000000001"
+	ok, err := l.Claim(ctx, locked, "TRF00001", []byte("r"))
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+
+	holder := connect(t, db)
+	tx, err := holder.Begin(ctx)
+	assert.NilError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM tx WHERE guid = $1 FOR UPDATE", locked)
+	assert.NilError(t, err)
+
+	stalled := make(chan error, 1)
+	go func() {
+		_, err := l.Finish(ctx, locked, 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("x")})
+		stalled <- err
+	}()
+	// The finish is waiting on the lock once a session of the ledger's
+	// waits on a transaction lock.
+	watch := connect(t, db)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		var n int
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			return poll.Error(err)
+		}
+		if n == 0 {
+			return poll.Continue("the finish is not waiting on the row lock yet")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(ledger.BusyTimeout/2))
+
+	for i := 0; i < 20; i++ {
+		g := fmt.Sprintf("20261206NEW%021d", i)
+		ok, err := l.Claim(ctx, g, "TRF00001", []byte("r"))
+		assert.NilError(t, err, "claim %s behind the stalled batch", g)
+		assert.Check(t, ok, g)
+	}
+	select {
+	case err := <-stalled:
+		t.Fatalf("the finish ended (%v) before the lock was released: the claims did not run beside a stalled batch", err)
+	default:
+	}
+
+	assert.NilError(t, tx.Rollback(ctx))
+	assert.NilError(t, <-stalled, "the finish once the lock was released")
+	r, err := l.Get(ctx, locked)
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(r.State, dedup.StateDone))
+}
+
 // TestOneQueryAnswersEachConfirmationForItsOwnGUIDAndAttempt drives confirmMany with
 // a batch built by hand, so that the batched path runs whatever the
 // scheduler does: the same GUID asked with two attempts, GUIDs without a
