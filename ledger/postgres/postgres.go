@@ -45,12 +45,12 @@ const schemaLockKey = 0x646564757000 // "dedup\0"
 // Writers is how many group commits may be in flight at once. A free
 // writer takes what waits at once, so each writer more means smaller
 // batches, more commits and more WAL flushes contending for the WAL's
-// lock: through the real relay, two writers carried 14 to 15 % more
-// transfers a second than four at 16 and 64 connections, with a quarter
-// less server CPU per transfer, and one writer 6 % more than two
+// lock: through the real relay, two writers carried more transfers a
+// second than four, for less server CPU per transfer, and one more again
 // (docs/benchmarks.md, table 2). Two, not one: a batch stalled on a row
 // lock (for up to the lock timeout) then holds up only its own writes,
-// and the other writer carries every new one.
+// and the other writer carries every new one
+// (TestABatchStalledOnARowLockHoldsUpOnlyItsOwnWrites).
 const Writers = 2
 
 // DefaultMaxBatch bounds how many writes one group commit carries.
