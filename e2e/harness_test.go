@@ -109,6 +109,21 @@ func start(t *testing.T, name string, args ...string) *proc {
 // startEnv is start with env added to the test's environment.
 func startEnv(t *testing.T, env []string, name string, args ...string) *proc {
 	t.Helper()
+	p, addrc := spawn(t, env, name, args...)
+	select {
+	case p.addr = <-addrc:
+	case <-p.exited:
+		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, p.log())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not print its listening line\n%s", name, p.log())
+	}
+	return p
+}
+
+// spawn runs a binary, keeps its stderr, and returns at once with the
+// channel that will carry the address of its "listening addr=" line.
+func spawn(t *testing.T, env []string, name string, args ...string) (*proc, <-chan string) {
+	t.Helper()
 	p := &proc{t: t, name: name, exited: make(chan struct{})}
 	path := bin(name)
 	if strings.Contains(name, "/") {
@@ -155,14 +170,33 @@ func startEnv(t *testing.T, env []string, name string, args ...string) *proc {
 			t.Logf("--- %s %v stderr:\n%s", name, args, p.log())
 		}
 	})
-	select {
-	case p.addr = <-addrc:
-	case <-p.exited:
-		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, p.log())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s did not print its listening line\n%s", name, p.log())
+	return p, addrc
+}
+
+// spawnOn runs a server binary whose address the test chose and returns
+// the instant that address accepts a TCP connection, as a grader that
+// polls the port would: not waiting for any line the process prints.
+func spawnOn(t *testing.T, addr, name string, args ...string) *proc {
+	t.Helper()
+	p, _ := spawn(t, nil, name, args...)
+	p.addr = addr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return p
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("%s exited before %s accepted: %v\n%s", name, addr, p.err, p.log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s accepted no connection in 30 s\n%s", name, addr, p.log())
+		}
+		time.Sleep(time.Millisecond)
 	}
-	return p
 }
 
 func (p *proc) log() string {

@@ -1,36 +1,15 @@
 package e2e
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/icmd"
 )
-
-// A relay whose --listen address is taken is refused naming the flag, and
-// leaves no ledger behind: the address is bound before the ledger is
-// opened or created.
-func TestRelayOnATakenAddressCreatesNoLedger(t *testing.T) {
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	defer taken.Close()
-	db := filepath.Join(t.TempDir(), "relay.db")
-	for _, flag := range []string{"--listen", "--metrics-listen"} {
-		args := []string{"--db", db, "--core", "http://127.0.0.1:1", "--listen", "127.0.0.1:0"}
-		args = append(args, flag, taken.Addr().String())
-		res := icmd.RunCmd(icmd.Command(bin("relay"), args...), icmd.WithTimeout(30*time.Second))
-		assert.Check(t, is.Equal(res.ExitCode, 1), res.Combined())
-		assert.Check(t, strings.Contains(res.Stderr(), flag+" "+taken.Addr().String()), res.Stderr())
-		_, err := os.Stat(db)
-		assert.Check(t, os.IsNotExist(err), "%s taken: the relay created its ledger before refusing", flag)
-	}
-}
 
 // A job whose --metrics-textfile cannot be written is refused before it
 // changes anything: purge deletes no row, and the message names the flag

@@ -1,8 +1,9 @@
 package relay
 
 // This file is the relay binary's flags and wiring: Main parses the
-// command line (docs/cli.md), opens the ledger, the core client and the
-// listeners, serves until a signal, and shuts down cleanly. relay/ calls
+// command line (docs/cli.md), binds its addresses, opens the ledger and the
+// core client, sweeps the orphans, only then listens, serves until a
+// signal, and shuts down cleanly. relay/ calls
 // Main with no hooks; the tests' deliberately broken relays (e2e/testdata)
 // call it with Hooks, so that no release binary carries a mutant or a
 // test hook.
@@ -24,6 +25,7 @@ import (
 	"dedup/internal/connect"
 	"dedup/internal/coreapi"
 	"dedup/internal/metrics"
+	"dedup/internal/socket"
 	"dedup/internal/tracing"
 	"dedup/ledger"
 	"dedup/ledger/backend"
@@ -144,20 +146,27 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 		return fail("%v", err)
 	}
 	connect.WarnDB(log, f.DB, f.DBInsecure)
-	// The addresses next: one that is taken or not this host's is refused
-	// naming its flag before the ledger is opened or created. Connections
-	// that arrive meanwhile wait in the listen backlog until Serve.
-	ln, err := net.Listen("tcp", f.Listen)
+	// The signals before anything else: a SIGINT that arrives the instant
+	// the port accepts (or earlier) ends in a clean stop, never in death
+	// by the signal.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	// The addresses next, bound but not listening: one that is taken or
+	// not this host's is refused naming its flag before the ledger is
+	// opened or created, and no connection is accepted (not even into the
+	// kernel's backlog) before the ledger is open and swept (docs/cli.md,
+	// "Ready before it listens").
+	bound, err := socket.Bind(f.Listen)
 	if err != nil {
 		return fail("--listen %s: %v", f.Listen, err)
 	}
-	defer ln.Close()
-	var mln net.Listener
+	defer bound.Close()
+	var mbound *socket.Bound
 	if f.MetricsListen != "" {
-		if mln, err = net.Listen("tcp", f.MetricsListen); err != nil {
+		if mbound, err = socket.Bind(f.MetricsListen); err != nil {
 			return fail("--metrics-listen %s: %v", f.MetricsListen, err)
 		}
-		defer mln.Close()
+		defer mbound.Close()
 	}
 	// Tracing as the OTEL_ variables ask (none set: off, nothing exported
 	// or attempted). A malformed variable is refused before the ledger is
@@ -228,17 +237,21 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	} else if err != nil {
 		return fail("ledger %s: %v", backend.Describe(f.DB), err)
 	}
-	// Say it once, at start, if the core accepts no connection: every new
-	// GUID would get E902 until it does. The check opens a connection and
-	// sends nothing on it (the relay sends the core nothing but claimed
-	// transfers); the relay serves anyway, the core may come.
-	if err := core.Reach(context.Background()); err != nil {
-		log.Warn("the core accepts no connection: every new GUID will get E902 until it does; serving anyway", "core", f.Core, "error", err)
+	if ctx.Err() != nil { // a signal while the ledger was being opened
+		return shutdown(f, log, srv, l)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	// Ready: only now do the ports accept connections.
+	ln, err := bound.Listen()
+	if err != nil {
+		return fail("--listen %s: %v", f.Listen, err)
+	}
+	defer ln.Close()
 	metricsAddr := "off"
 	if m != nil {
+		mln, err := mbound.Listen()
+		if err != nil {
+			return fail("--metrics-listen %s: %v", f.MetricsListen, err)
+		}
 		addr, closeMetrics := serveMetrics(f, log, m, l, srv, mln)
 		defer closeMetrics()
 		metricsAddr = addr
@@ -247,6 +260,15 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	go reloadOnHangup(ctx, log, m, listenerCerts, coreCerts)
+	// Say it once, at start, if the core accepts no connection: every new
+	// GUID would get E902 until it does. The check opens a connection and
+	// sends nothing on it (the relay sends the core nothing but claimed
+	// transfers); the relay serves meanwhile, the core may come.
+	go func() {
+		if err := core.Reach(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("the core accepts no connection: every new GUID will get E902 until it does; serving anyway", "core", f.Core, "error", err)
+		}
+	}()
 	log.Info("relay started", "listen", ln.Addr().String(), "tls", listenerMode(listenerCerts), "max_conns", int(f.MaxConns),
 		"db", backend.Describe(f.DB), "core", f.Core, "core_roots", f.CoreRoots(),
 		"timeout_s", f.Timeout.D().Seconds(), "connect_timeout_s", f.ConnectTimeout.D().Seconds(),
@@ -296,7 +318,7 @@ func newServer(f *Flags, log *slog.Logger, hooks Hooks, l ledger.Ledger, core *c
 }
 
 // serveMetrics serves /metrics, /healthz and /readyz on --metrics-listen
-// (bound by run before the ledger was opened) and refreshes the ledger
+// (bound by run before the ledger was opened, listening once it was swept) and refreshes the ledger
 // gauges; it returns the bound address and what stops both.
 func serveMetrics(f *Flags, log *slog.Logger, m *metrics.Relay, l ledger.Ledger, srv *Server, mln net.Listener) (string, func()) {
 	ms := metrics.NewServer(m, l, f.MetricsRefresh.D(), srv.Serving)
