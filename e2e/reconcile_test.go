@@ -295,3 +295,80 @@ func TestReconcileRefusesABadJournalAndChangesNothing(t *testing.T) {
 		assert.Check(t, os.IsNotExist(err), "a usage error created the ledger")
 	}
 }
+
+// reconcile's edges, tried as a careless operator would (docs/reconcile.md
+// "Edges"): a mistyped --db is refused and not created, dry run or not; a
+// date after the ledger's today and a date in the wrong format are usage
+// errors; a dry run keeps no run, writes no event and leaves the
+// textfile's last success where it was; an empty day says so.
+func TestReconcileEdgesRefuseWhatWouldProveNothing(t *testing.T) {
+	t.Parallel()
+	c := startCore(t)
+	oneLine := func(t *testing.T, res *icmd.Result) {
+		t.Helper()
+		assert.Check(t, is.Equal(strings.Count(strings.TrimSpace(res.Stderr()), "\n"), 0), "want one line on stderr: %s", res.Stderr())
+		assert.Check(t, is.Equal(res.Stdout(), ""), "a refused run printed a summary")
+	}
+	for _, dry := range []bool{false, true} {
+		mistyped := tempDB(t) // no ledger behind it: no file, or a database without tables
+		args := []string{"--db", mistyped, "--core", c.url, "--date", today()}
+		if dry {
+			args = append(args, "--dry-run")
+		}
+		res := runJob(t, "reconcile", args...)
+		assert.Check(t, is.Equal(res.ExitCode, 1), "dry run %v", dry)
+		assert.Check(t, is.Contains(res.Stderr(), "no ledger at "), res.Stderr())
+		oneLine(t, res)
+		assert.Check(t, !ledgerExists(t, mistyped), "dry run %v: reconcile created the ledger it was to prove", dry)
+	}
+
+	path, db := newLedger(t)
+	if !onPostgres() {
+		assert.NilError(t, os.Chmod(path, 0o600)) // no warning line about its mode
+	}
+	g := newGUID()
+	insert(t, db, g, "UNKNOWN", "E901", telegram(t, g, amount(1000)), nil, 1, "-600 seconds")
+	c.post(t, g) // the journal proves it applied: a real run would resolve it
+	before := rowsSnapshot(t, db)
+	nextYear := time.Now().AddDate(1, 0, 0).Format("20060102")
+	for _, date := range []string{nextYear, "2026-12-07"} {
+		res := runJob(t, "reconcile", "--db", path, "--core", c.url, "--date", date)
+		assert.Check(t, is.Equal(res.ExitCode, 2), date)
+		assert.Check(t, is.Contains(res.Stderr(), "--date"), res.Stderr())
+		oneLine(t, res)
+	}
+
+	// A dry run: the textfile of the last real run keeps its success time
+	// and its findings; the dry run changes no row, keeps no run, writes no
+	// event.
+	prom := filepath.Join(t.TempDir(), "reconcile.prom")
+	kept := "# HELP dedup_job_last_success_timestamp_seconds x\n# TYPE dedup_job_last_success_timestamp_seconds gauge\n" +
+		"dedup_job_last_success_timestamp_seconds{job=\"reconcile\"} 1000.000\n" +
+		"# HELP dedup_reconcile_findings x\n# TYPE dedup_reconcile_findings gauge\ndedup_reconcile_findings{class=\"applied_twice\"} 1\n"
+	assert.NilError(t, os.WriteFile(prom, []byte(kept), 0o644))
+	res := runJob(t, "reconcile", "--db", path, "--core", c.url, "--date", today(), "--dry-run", "--metrics-textfile", prom)
+	assert.Check(t, is.Equal(res.ExitCode, 0), res.Stderr())
+	assert.Check(t, is.Contains(lastLine(res.Stdout()), "would_resolve=1"))
+	text, err := os.ReadFile(prom)
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(text), "dedup_job_last_success_timestamp_seconds{job=\"reconcile\"} 1000.000\n"), "a dry run advanced the last success:\n%s", text)
+	assert.Check(t, is.Contains(string(text), "dedup_reconcile_findings{class=\"applied_twice\"} 1\n"), "a dry run replaced the last run's findings:\n%s", text)
+	assert.Check(t, is.Contains(string(text), "dedup_job_last_run_timestamp_seconds{job=\"reconcile\"}"), string(text))
+	assert.DeepEqual(t, rowsSnapshot(t, db), before)
+	var runs, events int
+	assert.NilError(t, db.QueryRow("SELECT count(*) FROM reconcile_run").Scan(&runs))
+	assert.NilError(t, db.QueryRow("SELECT count(*) FROM tx_event").Scan(&events))
+	assert.Check(t, is.Equal(runs, 0), "a dry run was kept")
+	assert.Check(t, is.Equal(events, 0), "a dry run wrote an event")
+
+	// An empty day: no journal line, no row; it runs, and says so.
+	empty := time.Now().AddDate(0, 0, -40).Format("20060102")
+	res = runJob(t, "reconcile", "--db", path, "--core", c.url, "--date", empty)
+	assert.Check(t, is.Equal(res.ExitCode, 0), res.Stderr())
+	assert.Check(t, is.Contains(res.Stderr(), "no journal lines and no ledger rows for "+empty), res.Stderr())
+
+	// inspect's --date is checked the same way.
+	res = runJob(t, "inspect", "--db", path, "--reconcile", "--date", "2026-12-07")
+	assert.Check(t, is.Equal(res.ExitCode, 2), res.Combined())
+	oneLine(t, res)
+}

@@ -78,6 +78,11 @@ func (f *flags) Validate() error {
 	}
 	if f.Reconcile {
 		n++
+		if f.Date != "" {
+			if err := cli.CheckDate("--date", f.Date); err != nil {
+				return err
+			}
+		}
 	} else if f.Date != "" {
 		return errors.New("--date goes with --reconcile")
 	}

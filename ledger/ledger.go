@@ -34,6 +34,11 @@ var ErrBusy = errors.New("ledger busy: another writer held the lock for longer t
 // (Options.CheckInBackground) found the file damaged. Nothing is written.
 var ErrDamaged = errors.New("the ledger file is damaged (restore it from a backup)")
 
+// ErrNoLedger is returned by an Open with Options.Existing when there is no
+// ledger to open: a SQLite file that does not exist, a PostgreSQL database
+// without the ledger's tables.
+var ErrNoLedger = errors.New("no ledger there")
+
 // ErrNotCommitted is returned by a write that the database acknowledged in
 // a way that does not make it a commit the relay may act on: PostgreSQL
 // committed it locally but warned that it might not have reached the
@@ -340,6 +345,11 @@ type Options struct {
 	// warmed): a relay's first claims would otherwise each wait for a new
 	// server process, all at once, in its first tenth of a second.
 	WarmAtOpen func(r WarmReport, err error)
+	// Existing refuses, with ErrNoLedger, a ledger that does not exist yet
+	// instead of creating it: the binaries that only read or prove a
+	// ledger (reconcile, inspect, settle, console) must never prove or
+	// show an empty one that a mistyped --db made.
+	Existing bool
 	// Actor names who writes the events of this handle's changes:
 	// "relay@HOST", "resolve@HOST"; Actor(name) makes it.
 	Actor string

@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -49,8 +48,8 @@ func (coreFlags) Validate() error { return nil }
 // --journal.
 func (f *flags) Validate(kctx *kong.Context) error {
 	if f.Date != "" {
-		if t, err := time.Parse("20060102", f.Date); err != nil || len(f.Date) != 8 || t.Format("20060102") != f.Date {
-			return fmt.Errorf("--date: %q is not a date YYYYMMDD that exists", f.Date)
+		if err := cli.CheckDate("--date", f.Date); err != nil {
+			return err
 		}
 	}
 	coreGiven := false
@@ -80,7 +79,7 @@ func main() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(memoryLimit)
 	}
-	var f flags
+	f := flags{LedgerFlags: connect.LedgerFlags{Existing: true}}
 	log := job.StartJob("reconcile", "Prove a business day against the core's journal: resolve what it proves, report the rest for a person.", &f,
 		"3 the run completed and a finding is critical: a person must look")
 	if f.Date == "" {
@@ -102,5 +101,5 @@ func main() {
 		func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (job.Summary, error) {
 			return reconcile.Run(ctx, l, reconcile.Config{Date: f.Date, Source: src, DryRun: f.DryRun, Out: os.Stdout,
 				JSON: f.SummaryFormat == "json", Log: log})
-		}))
+		}, reconcile.CheckDate(f.Date)))
 }

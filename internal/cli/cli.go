@@ -246,6 +246,15 @@ func CheckListen(flag, addr string) error {
 	return nil
 }
 
+// CheckDate reports a business date flag's value that is not a date
+// YYYYMMDD that exists (reconcile's and inspect's --date).
+func CheckDate(flag, v string) error {
+	if t, err := time.Parse("20060102", v); err != nil || len(v) != 8 || t.Format("20060102") != v {
+		return fmt.Errorf("%s: %q is not a date YYYYMMDD that exists", flag, v)
+	}
+	return nil
+}
+
 // IsTerminal reports whether f is a terminal (progress lines go only there:
 // under cron the logs stay one line per event).
 func IsTerminal(f *os.File) bool {

@@ -27,15 +27,31 @@ type LedgerFlags struct {
 	DB          string `name:"db" default:"relay.db" help:"Ledger: a SQLite file path, or a postgres:// URL."`
 	DBInsecure  bool   `name:"db-insecure" help:"Allow a PostgreSQL host that is not loopback without sslmode=verify-full or verify-ca."`
 	Synchronous string `name:"synchronous" enum:"full,normal" default:"full" help:"Durability of each commit: full, or normal (SQLite NORMAL; PostgreSQL: accept synchronous_commit off/local, fsync or full_page_writes off), as the relay's flag."`
+	// Existing, set by the binaries that never create a ledger (reconcile,
+	// inspect, settle, console), makes Open refuse a --db with no ledger
+	// behind it instead of creating an empty one: a mistyped path must
+	// never be proven clean or shown empty.
+	Existing bool `kong:"-"`
 }
 
 // Open opens the ledger --db names, applying its schema. What can be
 // found without writing is found first: a SQLite path that is a directory
 // is refused naming the flag, before any file is created or read. A path
 // with no file yet gets an empty ledger, as the lab's scripts expect, and
-// log (if not nil) says so in one line: a mistyped --db is seen.
+// log (if not nil) says so in one line: a mistyped --db is seen. With
+// Existing, no ledger is created: a --db with none behind it (no file, a
+// PostgreSQL database without the ledger's tables) is refused as "no
+// ledger at DB".
 func (l LedgerFlags) Open(opts ledger.Options, log *slog.Logger) (ledger.Ledger, error) {
-	return Open(l.DB, opts, log)
+	if !l.Existing {
+		return Open(l.DB, opts, log)
+	}
+	opts.Existing = true
+	lg, err := Open(l.DB, opts, log)
+	if errors.Is(err, ledger.ErrNoLedger) {
+		return nil, fmt.Errorf("no ledger at %s (nothing was created; is --db mistyped?)", backend.Describe(l.DB))
+	}
+	return lg, err
 }
 
 // Open is LedgerFlags.Open for a binary with a --db of its own (the relay).
@@ -65,7 +81,7 @@ func (l LedgerFlags) Options(warn func(string, ...any), actor string) ledger.Opt
 	return ledger.Options{Synchronous: l.Synchronous, Warn: warn, Actor: actor}
 }
 
-// ClockFlags are the flag of the binaries that decide by age (docs/md:
+// ClockFlags are the flag of the binaries that decide by age (docs/cli.md:
 // relay, resolve, purge): past --max-clock-skew between the ledger's clock
 // and the host's, nothing is decided by age.
 type ClockFlags struct {

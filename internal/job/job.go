@@ -58,7 +58,11 @@ type Job func(ctx context.Context, l ledger.Ledger, log *slog.Logger) (Summary, 
 // repeat it), writes the metrics textfile if asked, and returns the exit
 // status: 0 if the job ran to its end, 1 (one line on stderr naming the
 // ledger and the cause) if it could not.
-func RunJob(name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) int {
+//
+// Each of checks runs on the open ledger before the job's start is logged:
+// a check that finds a flag unusable (a UsageError) ends the run with that
+// one line, before anything is changed.
+func RunJob(name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, startAttrs []any, job Job, checks ...Check) int {
 	start := time.Now()
 	// A textfile that could not be written at the end is found before the
 	// job changes anything.
@@ -70,7 +74,7 @@ func RunJob(name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, 
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	status, sum := runJob(ctx, name, lf, jf, log, startAttrs, job)
+	status, sum := runJob(ctx, name, lf, jf, log, startAttrs, job, checks)
 	if jf.MetricsTextfile != "" {
 		var counts []metrics.JobCount
 		if sum != nil {
@@ -83,6 +87,11 @@ func RunJob(name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, 
 			extra = m.Textfile()
 		}
 		completed := status == cli.ExitOK || status == cli.ExitNeedsPerson
+		if r, ok := sum.(Rehearsal); ok && r.IsDryRun() {
+			// A dry run proves nothing: the last real run's success
+			// time, counts and series stay as they were.
+			completed, counts, extra = false, nil, metrics.KeptSeries(jf.MetricsTextfile)
+		}
 		if err := metrics.WriteJobTextfile(jf.MetricsTextfile, name, start, time.Since(start), completed, counts, extra); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: error: metrics textfile: %v\n", name, err)
 			if completed {
@@ -93,7 +102,11 @@ func RunJob(name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, 
 	return status
 }
 
-func runJob(ctx context.Context, name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, startAttrs []any, job Job) (int, Summary) {
+// Check is a test of a job's flags against its open ledger (reconcile's
+// --date against the ledger's clock), run before the job starts.
+type Check func(ctx context.Context, l ledger.Ledger) error
+
+func runJob(ctx context.Context, name string, lf connect.LedgerFlags, jf JobFlags, log *slog.Logger, startAttrs []any, job Job, checks []Check) (int, Summary) {
 	db := lf.DB
 	tp, err := tracing.Start(ctx, name, cli.VersionString(), log)
 	if err != nil {
@@ -107,6 +120,18 @@ func runJob(ctx context.Context, name string, lf connect.LedgerFlags, jf JobFlag
 		return cli.ExitRuntime, nil
 	}
 	shown := backend.Describe(db)
+	for _, check := range checks {
+		if err := check(ctx, l); err != nil {
+			l.Close()
+			var usage UsageError
+			if errors.As(err, &usage) {
+				fmt.Fprintf(os.Stderr, "%s: usage error: %v (see --help)\n", name, err)
+				return cli.ExitUsage, nil
+			}
+			fmt.Fprintf(os.Stderr, "%s: error: ledger %s: %v\n", name, shown, err)
+			return cli.ExitRuntime, nil
+		}
+	}
 	log.Info(name+" started", append([]any{"db", shown}, startAttrs...)...)
 	sum, err := job(ctx, l, log)
 	if cerr := l.Close(); err == nil && cerr != nil {

@@ -33,6 +33,14 @@ type Labeled interface {
 	Labels() []Label
 }
 
+// Rehearsal is implemented by a summary of a run that may have been a
+// dry run (reconcile --dry-run): a dry run proves nothing, so its metrics
+// textfile keeps the last real run's success time and series, and says
+// only that the job ran.
+type Rehearsal interface {
+	IsDryRun() bool
+}
+
 // Metered is implemented by a summary that adds series of its own to the
 // job's metrics textfile (reconcile's findings by class).
 type Metered interface {
@@ -48,3 +56,14 @@ func (e InputError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the input's own error.
 func (e InputError) Unwrap() error { return e.Err }
+
+// UsageError is a job's flag that proved unusable only once the ledger was
+// open (reconcile's --date after the ledger's today), found by a Check
+// before anything was changed: the job prints it as one line and exits 2,
+// as for any usage error.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the flag's own error.
+func (e UsageError) Unwrap() error { return e.Err }

@@ -92,6 +92,38 @@ func WriteJobTextfile(path, job string, start time.Time, took time.Duration, ok 
 	return os.Rename(tmp.Name(), path)
 }
 
+// KeptSeries returns the lines of the textfile at path that belong to a
+// job's own series (reconcile's findings), with the job's rows counts:
+// everything but the run's time, success time and duration, which
+// WriteJobTextfile writes anew. A dry run writes them back unchanged.
+func KeptSeries(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		name := line
+		if c, ok := strings.CutPrefix(line, "# HELP "); ok {
+			name = c
+		} else if c, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			name = c
+		}
+		if i := strings.IndexAny(name, "{ "); i >= 0 {
+			name = name[:i]
+		}
+		switch name {
+		case "dedup_job_last_run_timestamp_seconds", lastSuccessMetric, "dedup_job_duration_seconds":
+			continue
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
+
 // previousValue returns the value of series in the textfile at path, or "".
 func previousValue(path, series string) string {
 	f, err := os.Open(path)

@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"dedup"
 	"dedup/internal/job"
@@ -79,6 +80,9 @@ func (s Summary) String() string {
 	}
 	return b.String()
 }
+
+// IsDryRun tells the job's textfile that this run proved nothing.
+func (s Summary) IsDryRun() bool { return s.DryRun }
 
 // Labels puts the date first in the JSON summary.
 func (s Summary) Labels() []job.Label { return []job.Label{{Name: "date", Value: s.Date}} }
@@ -191,6 +195,9 @@ func Run(ctx context.Context, l ledger.Ledger, cfg Config) (Summary, error) {
 	if err := r.judgeLedgerSide(ctx); err != nil {
 		return r.sum, err
 	}
+	if r.sum.Lines == 0 && r.sum.Counts[dedup.FindingToldSuccessUnapplied] == 0 {
+		cfg.Log.Warn("no journal lines and no ledger rows for "+cfg.Date, "date", cfg.Date, "source", cfg.Source.String())
+	}
 	if !cfg.DryRun {
 		ledgerRun := ledger.ReconcileRun{Date: cfg.Date, Actor: ledger.Actor("reconcile"), Source: cfg.Source.String(),
 			Lines: r.sum.Lines, Amount: r.sum.Amount, Counts: r.sum.Counts, Findings: r.kept}
@@ -202,6 +209,23 @@ func Run(ctx context.Context, l ledger.Ledger, cfg Config) (Summary, error) {
 		cfg.Log.Info("reconcile: run kept in the ledger", "date", cfg.Date, "run", id, "findings_kept", len(ledgerRun.Findings))
 	}
 	return r.sum, nil
+}
+
+// CheckDate refuses a date after the ledger's today, on the ledger's clock
+// in this host's time zone (the business day's): no journal of it can be
+// complete, and an empty one would prove a day that has not happened. It
+// is a job.Check, run before the job starts.
+func CheckDate(date string) job.Check {
+	return func(ctx context.Context, l ledger.Ledger) error {
+		now, err := l.Now(ctx)
+		if err != nil {
+			return fmt.Errorf("read the ledger's clock: %w", err)
+		}
+		if today := now.In(time.Local).Format("20060102"); date > today {
+			return job.UsageError{Err: fmt.Errorf("--date %s is after the ledger's today (%s): that day has no journal yet", date, today)}
+		}
+		return nil
+	}
 }
 
 // check is the first pass: every line read and checked, copied to the

@@ -73,6 +73,7 @@ type Ledger struct {
 	onNotCommitted func(string)
 	closed         atomic.Bool
 	actor          string // who writes this handle's events
+	existing       bool   // Options.Existing: refuse a database without the tables
 	// Group commit (nil ops: every write is its own statement).
 	ops      chan *wop
 	confirms chan *confirmation // rule 13's confirmations, batched like the writes
@@ -126,7 +127,7 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{pool: pool, faults: opts.Faults, onCommit: opts.OnCommit, onNotCommitted: opts.OnNotCommitted, maxBatch: opts.MaxBatch, actor: ledger.ActorOf(opts)}
+	l := &Ledger{pool: pool, faults: opts.Faults, onCommit: opts.OnCommit, onNotCommitted: opts.OnNotCommitted, maxBatch: opts.MaxBatch, actor: ledger.ActorOf(opts), existing: opts.Existing}
 	if err := l.prepare(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -221,6 +222,9 @@ func (l *Ledger) prepare(ctx context.Context) error {
 COALESCE((SELECT pg_has_role(current_user, relowner, 'MEMBER') FROM pg_class WHERE oid = to_regclass('public.tx')), true),
 current_user::text`).Scan(&exists, &owner, &role); err != nil {
 		return fmt.Errorf("read the schema's owner: %w", err)
+	}
+	if !exists && l.existing {
+		return fmt.Errorf("%w: the database has no table tx", ledger.ErrNoLedger)
 	}
 	if exists && !owner {
 		return checkSchema(ctx, c, role)

@@ -18,6 +18,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -185,6 +186,11 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	}
 	if synchronous != "FULL" && synchronous != "NORMAL" {
 		return nil, fmt.Errorf("synchronous %q: want full or normal", opts.Synchronous)
+	}
+	if opts.Existing {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %v", ledger.ErrNoLedger, err)
+		}
 	}
 	if err := checkFile(path, opts.Warn); err != nil {
 		return nil, err
