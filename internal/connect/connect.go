@@ -49,9 +49,28 @@ func (l LedgerFlags) Open(opts ledger.Options, log *slog.Logger) (ledger.Ledger,
 	opts.Existing = true
 	lg, err := Open(l.DB, opts, log)
 	if errors.Is(err, ledger.ErrNoLedger) {
-		return nil, fmt.Errorf("no ledger at %s (nothing was created; is --db mistyped?)", backend.Describe(l.DB))
+		return nil, l.noLedger()
 	}
 	return lg, err
+}
+
+// CheckExists refuses, as Open with Existing would, a SQLite --db with no
+// file behind it, without opening anything (settle learns who decides from
+// the file's owner before it opens the ledger). A PostgreSQL database is
+// checked by Open, which needs the server.
+func (l LedgerFlags) CheckExists() error {
+	if backend.IsPostgresURL(l.DB) {
+		return nil
+	}
+	if _, err := os.Stat(l.DB); errors.Is(err, fs.ErrNotExist) {
+		return l.noLedger()
+	}
+	return nil
+}
+
+// noLedger is the refusal of a --db with no ledger behind it.
+func (l LedgerFlags) noLedger() error {
+	return fmt.Errorf("no ledger at %s (nothing was created; is --db mistyped?)", backend.Describe(l.DB))
 }
 
 // Open is LedgerFlags.Open for a binary with a --db of its own (the relay).

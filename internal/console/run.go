@@ -54,19 +54,26 @@ func (f *Flags) Validate() error {
 	return (certs.Files{Cert: f.TLSCert, Key: f.TLSKey, CA: f.OperatorCA}).Check("--tls-cert", "--tls-key")
 }
 
-// Run starts the console and serves until SIGTERM or SIGINT; it returns
+// Main runs the console with args (without the program name): it serves
+// until SIGTERM or SIGINT and returns the exit status.
+func Main(args []string) int {
+	var f Flags
+	cli.Parse("console", "The operator's console: transfers in doubt, their story, and four-eyes decisions by certificate.", &f, args)
+	return run(&f)
+}
+
+// run starts the console and serves until SIGTERM or SIGINT; it returns
 // the exit status.
-func Run(f *Flags) int {
+func run(f *Flags) int {
 	log := f.Logger(os.Stderr)
 	f.WarnInsecure(log)
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "console: error: "+format+"\n", a...)
 		return cli.ExitRuntime
 	}
-	if !backend.IsPostgresURL(f.DB) {
-		if _, err := os.Stat(f.DB); err != nil {
-			return fail("no ledger at %s: %v", f.DB, err)
-		}
+	f.Existing = true // the console never creates a ledger
+	if err := f.CheckExists(); err != nil {
+		return fail("%v", err)
 	}
 	set, err := certs.Load(certs.Files{Cert: f.TLSCert, Key: f.TLSKey, CA: f.OperatorCA})
 	if err != nil {
