@@ -48,7 +48,7 @@ const (
 	StateSent State = "SENT"
 	// StateDone: a definite answer exists (0000, B2xx, E500).
 	StateDone State = "DONE"
-	// StateUnknown: sent, but no definite answer came (E901). Settled only by
+	// StateUnknown: sent, but no definite answer came (E901). Resolved only by
 	// inquiry, never resent.
 	StateUnknown State = "UNKNOWN"
 	// StateFailed: surely not delivered (E902). May be sent again.
@@ -60,7 +60,7 @@ const (
 	CodeOK         = "0000" // applied by the core
 	CodeCoreFailed = "E500" // the core answered HTTP 500: its own definite failure
 	CodeMalformed  = "E900" // malformed request; nothing recorded
-	CodeUnknown    = "E901" // result unknown; settled later by inquiry
+	CodeUnknown    = "E901" // result unknown; resolved later by inquiry
 	CodeNotSent    = "E902" // not sent; may be sent again under the same GUID
 	CodeInProgress = "E903" // this GUID is being processed now
 	CodeGUIDReused = "E904" // the GUID belongs to a different request
@@ -93,7 +93,7 @@ func CodeMeaning(code string) string {
 	case CodeMalformed:
 		return "malformed request"
 	case CodeUnknown:
-		return "result unknown; will be settled by inquiry; ask again with the same GUID"
+		return "result unknown; will be resolved by inquiry; ask again with the same GUID"
 	case CodeNotSent:
 		return "not sent; may be sent again under the same GUID"
 	case CodeInProgress:

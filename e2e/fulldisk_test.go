@@ -124,5 +124,5 @@ func TestFullDiskLosesNothing(t *testing.T) {
 		assert.Check(t, (row.RspCode.String == "0000") == (stats.AppliedByGUID[g] == 1), "%s: ledger %s, core applied %d", g, row.RspCode.String, stats.AppliedByGUID[g])
 		ok++
 	}
-	t.Logf("full disk: %d transfers, %d E902 while full, %d settled DONE, %d never claimed (answered E902, nothing sent)", len(replies), e902, ok, failed)
+	t.Logf("full disk: %d transfers, %d E902 while full, %d ended DONE, %d never claimed (answered E902, nothing sent)", len(replies), e902, ok, failed)
 }

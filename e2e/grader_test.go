@@ -157,7 +157,7 @@ func TestGraderSigtermFinishesTheTransferInFlight(t *testing.T) {
 	assert.Equal(t, getRow(t, ldb, g).State.String, "DONE")
 }
 
-// resolve settles old UNKNOWN rows by inquiry alone: applied → DONE/0000,
+// resolve resolves old UNKNOWN rows by inquiry alone: applied → DONE/0000,
 // NOT_FOUND → FAILED/E902, a young row left; its summary is the last line.
 func TestGraderResolve(t *testing.T) {
 	t.Parallel()

@@ -90,7 +90,7 @@ func layResolveFixture(t *testing.T, db *ledgerDB) resolveFixture {
 
 // Rule 5: resolve resolves only old UNKNOWN rows, only by inquiry, and only
 // on proof; it never sends a transfer.
-func TestResolveSettlesOldUnknownRowsByInquiryOnly(t *testing.T) {
+func TestResolveResolvesOldUnknownRowsByInquiryOnly(t *testing.T) {
 	t.Parallel()
 	c := startCore(t)
 	path, db := newLedger(t)
@@ -350,7 +350,7 @@ func TestJobFlags(t *testing.T) {
 // goes through another cycle (reclaimed, sent, UNKNOWN again with attempts
 // 2). The inquiry answered for the old selection must not settle the new
 // attempt.
-func TestResolveDoesNotSettleARowChangedSinceItWasSelected(t *testing.T) {
+func TestResolveDoesNotResolveARowChangedSinceItWasSelected(t *testing.T) {
 	t.Parallel()
 	path, db := newLedger(t)
 	g := newGUID()
@@ -366,6 +366,6 @@ func TestResolveDoesNotSettleARowChangedSinceItWasSelected(t *testing.T) {
 	res.Assert(t, icmd.Success)
 	assert.Equal(t, lastLine(res.Stdout()), "resolve: candidates=1 done=0 failed=0 left=1")
 	r := getRow(t, db, g)
-	assert.Equal(t, r.State.String, "UNKNOWN", "a stale inquiry settled the new attempt")
+	assert.Equal(t, r.State.String, "UNKNOWN", "a stale inquiry resolved the new attempt")
 	assert.Equal(t, r.Attempts, 2)
 }

@@ -302,7 +302,7 @@ func TestTwoHostsShareOnePostgresLedger(t *testing.T) {
 // The database fails, the money doesn't: PostgreSQL crashes (immediate
 // stop) under a relay. While it is down, new GUIDs get E902 and reach no
 // core; once it is back the relay serves again without a restart, and
-// everything settles with nothing applied twice.
+// everything comes to rest with nothing applied twice.
 func TestPostgresDownNewGUIDsGetE902AndRelayServesAgain(t *testing.T) {
 	t.Parallel()
 	pg, db := ownPostgres(t)

@@ -659,7 +659,7 @@ func TestLedgerLockedAtClaimAnswersE902AndSendsNothing(t *testing.T) {
 }
 
 // Rule 11: while the core call was under way the row stopped being this
-// holder's (swept, settled and reclaimed by someone else: attempts 2). The
+// holder's (swept, resolved and reclaimed by someone else: attempts 2). The
 // stale holder's outcome must not overwrite it, and the channel is answered
 // by rule 10.
 func TestStaleHolderDoesNotOverwriteARowSomeoneElseChanged(t *testing.T) {

@@ -120,7 +120,7 @@ func TestTracedTransferEndToEnd(t *testing.T) {
 	assert.Equal(t, code(send(t, r.addr, tgd)), dedup.CodeUnknown) // reclaimed, dropped again
 	assert.Equal(t, r.stop(t, syscall.SIGTERM), 0)                 // flushes the spans
 
-	// Settled FAILED/E902 once more (dropped again: the core has nothing),
+	// Resolved FAILED/E902 once more (dropped again: the core has nothing),
 	// then resent by reprocess: its own trace, carried to the core.
 	resolveAgain := icmd.RunCmd(icmd.Command(bin("resolve"), "--db", db, "--core", c.url, "--min-age", "0"),
 		icmd.WithTimeout(60*time.Second), icmd.WithEnv(append(otelEnvList(), otelEnv(col)...)...))

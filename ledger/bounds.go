@@ -22,9 +22,10 @@ const StatementBound = BusyTimeout + time.Second
 
 // PurgeHold bounds how long one purge batch holds SQLite's write lock: a
 // claim queued behind a batch waits at most about this long (ledger.md
-// allows "about 100 ms"). A batch of 500 rows takes 3 ms on a small ledger
-// and 30 ms on one of 10 million rows (its GUID index pages cold and far
-// apart), so a batch is bounded by time, not by a count.
+// allows "about 100 ms"). A batch of a given count takes ten times longer
+// on a ledger of 10 million rows than on a small one (its GUID index pages
+// cold and far apart), so a batch is bounded by time, not by a count
+// (docs/benchmarks.md, "Figures the code's choices rest on").
 const PurgeHold = 20 * time.Millisecond
 
 // Bounds are the flags a claim's holder lives by, and what follows from

@@ -125,8 +125,8 @@ VALUES($1,$2,$3,$4,$5,$6,$7,$8) RETURNING id`,
 	// guid, not rowid: the table may be WITHOUT ROWID (docs/ledger.md).
 	// PostgreSQL finds its rows through the (state, updated_at) index,
 	// oldest first, and deletes them by ctid: no second lookup by guid per
-	// row (a batch of 5,000 rows on a ledger of a million: 48 ms against
-	// 82-135 ms). A row changed since it was found has another ctid, and
+	// row (measured: docs/benchmarks.md, "Figures the code's choices rest
+	// on"). A row changed since it was found has another ctid, and
 	// the outer condition is checked again on every row deleted.
 	Purge: Statement{
 		SQLite: `DELETE FROM tx WHERE guid IN

@@ -415,7 +415,7 @@ end:
 				:: found -> st = DONE; rsp = R_OK
 				:: else -> st = FAILED; rsp = R_E902
 				fi;
-				upd++; printf("resolve: settles the row as %e\n", st)
+				upd++; printf("resolve: resolves the row as %e\n", st)
 			:: else -> printf("resolve: the row changed since selected; left alone\n")
 			fi
 		}
@@ -459,9 +459,9 @@ end:
 }
 
 /* (5) once nothing else can happen (the faults' budgets are spent and the
- * core answers), the GUID is settled: DONE, or FAILED with its attempts
+ * core answers), the GUID is final: DONE, or FAILED with its attempts
  * exhausted, or purged after DONE; and the ledger agrees with the core. */
-active proctype Settled() {
+active proctype Final() {
 	timeout ->
 	assert(pending == 0 && stuck == 0);
 	assert(st == DONE || (st == FAILED && rsp == R_E902 && att >= CAP) || (st == NONE && purged == DONE));

@@ -37,7 +37,7 @@ type flags struct {
 // default (the journal comes from the one source named), and --timeout
 // bounds each wait for the journal's next bytes.
 type coreFlags struct {
-	coreapi.Flags `set:"core_default=" set:"core_placeholder=URL" set:"timeout_help=Seconds to wait for the journal's next bytes from the core once connected; then the run fails."`
+	coreapi.Flags `set:"core_default=" set:"core_placeholder=URL" set:"timeout_help=Seconds to wait for the journal's next bytes from the core once connected; then the run fails." set:"connect_timeout_help=Seconds to obtain a connection to the core (TCP and TLS handshake); then the run fails."`
 }
 
 // Validate leaves the core's flags to flags.Validate, which checks them

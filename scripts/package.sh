@@ -113,7 +113,7 @@ control dedup "adduser, sudo, libc6 (>= 2.34)" "relay that never applies a bank 
 its core banking system, and makes sure that a transfer retransmitted with
 the same GUID is never applied twice: a durable state ledger (SQLite, or a
 shared PostgreSQL), retransmissions answered from it, in-doubt transfers
-settled by inquiry, and only what surely never arrived sent again.
+resolved by inquiry, and only what surely never arrived sent again.
 .
 This package holds the relay service and its batch jobs (resolve, reprocess,
 purge, reconcile) with their systemd timers, inspect, the operators' console (HTTPS,

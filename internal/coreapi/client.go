@@ -1,5 +1,6 @@
 // Package coreapi is the client of the core banking system's HTTP API
-// (docs/core-api.md), shared by the relay, reprocess and resolve.
+// (docs/core-api.md), shared by the relay, reprocess and resolve (transfers
+// and inquiries) and reconcile (the day's journal).
 //
 // The core is not idempotent, so the client makes exactly one POST per call:
 // no retry layer, no redirects followed, no idempotency headers (which would

@@ -9,11 +9,13 @@ import (
 )
 
 // Flags are the flags of a binary that calls the core: its URL, the
-// timeouts and the TLS files.
+// timeouts and the TLS files. Their help speaks of the relay's calls (E901,
+// E902); a binary whose timeouts end otherwise says so through the kong
+// variables timeout_help and connect_timeout_help (resolve, reconcile).
 type Flags struct {
 	Core           string      `name:"core" default:"${core_default=http://127.0.0.1:9201}" placeholder:"${core_placeholder=}" help:"The core's base URL, http:// or https://."`
 	Timeout        cli.Seconds `name:"timeout" default:"3" help:"${timeout_help=Seconds for the whole exchange with the core once connected; then E901.}"`
-	ConnectTimeout cli.Seconds `name:"connect-timeout" default:"1" help:"Seconds to obtain a connection to the core (TCP and TLS handshake); then E902."`
+	ConnectTimeout cli.Seconds `name:"connect-timeout" default:"1" help:"${connect_timeout_help=Seconds to obtain a connection to the core (TCP and TLS handshake); then E902.}"`
 	CoreCA         string      `name:"core-ca" placeholder:"FILE" help:"PEM bundle the core's certificate must chain to (default: the system roots). The host name is always verified."`
 	CoreCert       string      `name:"core-cert" placeholder:"FILE" help:"PEM client certificate for mutual TLS to the core (with --core-key)."`
 	CoreKey        string      `name:"core-key" placeholder:"FILE" help:"PEM key of --core-cert."`

@@ -8,7 +8,7 @@
 // then reply, and a channel that hangs up never cancels a transaction.
 //
 // This file is one transfer's path: ProcessFrom parses, handle claims, and
-// the claim is sent (package holder) or the row answers (answer.go).
+// the claim is sent (package send) or the row answers (answer.go).
 package relay
 
 import (
@@ -326,7 +326,7 @@ func (s *Server) giveBack(ctx context.Context, tx *txn, attempt int, why string)
 }
 
 // send sends a claim this relay holds through the one holder sequence
-// (package holder), and accounts for it: the outage rule, the metrics and
+// (package send), and accounts for it: the outage rule, the metrics and
 // the log line. It returns the reply.
 func (s *Server) send(ctx context.Context, tx *txn, c send.Claim) []byte {
 	s.metrics.Inflight(1)

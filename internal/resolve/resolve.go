@@ -39,10 +39,10 @@ func (s Summary) Fields() []job.Field {
 // on the row as selected. It never sends a transfer. A ledger error ends the
 // run with the summary so far.
 //
-// It first compares the ledger's clock with this host's and settles
+// It first compares the ledger's clock with this host's and resolves
 // nothing while they differ by more than maxSkew (docs/ledger.md
 // "Clocks"): a ledger clock that runs ahead makes young rows look old, and
-// a young row settled FAILED on "not found" may still be on its way.
+// a young row resolved FAILED on "not found" may still be on its way.
 func Run(ctx context.Context, l ledger.Ledger, core *coreapi.Client, minAge, maxSkew time.Duration, log *slog.Logger) (Summary, error) {
 	if _, err := ledger.CheckClock(ctx, l, maxSkew); err != nil {
 		return Summary{}, err
@@ -65,9 +65,9 @@ func Run(ctx context.Context, l ledger.Ledger, core *coreapi.Client, minAge, max
 			return sum, fmt.Errorf("interrupted: %w", err)
 		}
 		rctx, span := tracing.Root(ctx, tracing.SpanResolve, tracing.AttrGUID.String(row.GUID), tracing.AttrAttempts.Int(row.Attempts))
-		settled, err := resolveRow(rctx, l, core, row, log)
+		outcome, err := resolveRow(rctx, l, core, row, log)
 		if span.IsRecording() {
-			span.SetAttributes(tracing.AttrOutcome.String(string(settled)))
+			span.SetAttributes(tracing.AttrOutcome.String(string(outcome)))
 			tracing.Fail(span, err)
 		}
 		span.End()
@@ -75,7 +75,7 @@ func Run(ctx context.Context, l ledger.Ledger, core *coreapi.Client, minAge, max
 			sum.Left = sum.Candidates - sum.Done - sum.Failed
 			return sum, err
 		}
-		switch settled {
+		switch outcome {
 		case dedup.StateDone:
 			sum.Done++
 		case dedup.StateFailed:
@@ -120,7 +120,7 @@ func resolveRow(ctx context.Context, l ledger.Ledger, core *coreapi.Client, row 
 			tracing.LogAttrs(ctx, "guid", row.GUID, "attempts", row.Attempts, "updated_at", row.UpdatedAt)...)
 		return "", nil
 	}
-	log.Info("resolve: settled", tracing.LogAttrs(ctx, "guid", row.GUID, "state", "UNKNOWN->"+string(out.State), "code", out.RspCode, "attempts", row.Attempts)...)
+	log.Info("resolve: resolved", tracing.LogAttrs(ctx, "guid", row.GUID, "state", "UNKNOWN->"+string(out.State), "code", out.RspCode, "attempts", row.Attempts)...)
 	return out.State, nil
 }
 

@@ -84,7 +84,7 @@ const lease = 7 * time.Second // ledger.Bounds{ConnectTimeout: time.Second}.Leas
 
 // Rule 13: a holder frozen between its claim and its send (a paused VM:
 // its monotonic clock stood still, so its own lease looks unspent) wakes
-// after the row was swept, settled "not found" and resent by reprocess.
+// after the row was swept, resolved "not found" and resent by reprocess.
 // With the confirmation on the ledger's clock it sends nothing; without it
 // (the mutant) the core applies the transfer twice.
 func TestFrozenHolderWhoseClaimWasSweptSendsNothing(t *testing.T) {
@@ -110,9 +110,9 @@ func TestFrozenHolderWhoseClaimWasSweptSendsNothing(t *testing.T) {
 				unknown, err := l.SelectUnknown(ctx, 0)
 				assert.NilError(t, err)
 				assert.Equal(t, len(unknown), 1)
-				settled, err := l.Resolve(ctx, unknown[0], ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent})
+				resolved, err := l.Resolve(ctx, unknown[0], ledger.Outcome{State: dedup.StateFailed, RspCode: dedup.CodeNotSent})
 				assert.NilError(t, err)
-				assert.Assert(t, settled)
+				assert.Assert(t, resolved)
 				attempt, stored, ok, err := l.Reclaim(ctx, g, nil, 3)
 				assert.NilError(t, err)
 				assert.Assert(t, ok)

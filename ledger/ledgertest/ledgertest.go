@@ -85,7 +85,7 @@ func Exercise(t *testing.T, b Backend) {
 		{"Reclaim", testReclaim},
 		{"ConcurrentReclaimOneWinnerAcrossHandles", testConcurrentReclaim},
 		{"FinishIsFencedOnAttempt", testFinishFenced},
-		{"ResolveIsFencedOnSelection", testSettleFenced},
+		{"ResolveIsFencedOnSelection", testResolveFenced},
 		{"ResolveFromJournalIsFencedAndOnlyForUnknownOrFailed", testResolveFromJournal},
 		{"GetManyReturnsTheRowsThatExist", testGetMany},
 		{"DoneSliceReadsEachDoneRowOfTheDayOnce", testDoneSlice},
@@ -289,7 +289,7 @@ func testFinishFenced(t *testing.T, s suite) {
 	assert.NilError(t, err)
 	assert.Assert(t, !ok, "a holder with another attempt number finished the row")
 
-	// The row is swept, settled and reclaimed by someone else: the stale
+	// The row is swept, resolved and reclaimed by someone else: the stale
 	// holder of attempt 1 must not overwrite attempt 2.
 	s.Exec(t, db, "UPDATE tx SET state='SENT', attempts=2 WHERE guid=?", guid(1))
 	ok, err = l.Finish(ctx, guid(1), 1, ledger.Outcome{State: dedup.StateDone, RspCode: "0000", Response: []byte("stale")})
@@ -309,7 +309,7 @@ func testFinishFenced(t *testing.T, s suite) {
 	assert.Assert(t, !ok)
 }
 
-func testSettleFenced(t *testing.T, s suite) {
+func testResolveFenced(t *testing.T, s suite) {
 	l, db := s.fresh(t)
 	s.insert(t, db, guid(1), "TRF00001", "UNKNOWN", "E901", []byte("r"), nil, 1, 600)
 	rows, err := l.SelectUnknown(ctx, 300*time.Second)

@@ -155,8 +155,8 @@ func open(dsn string, opts ledger.Options) (*Ledger, error) {
 // warmPool opens the pool's connections (Options.WarmAtOpen, the relay),
 // all at once, and returns them to the pool idle: a relay that listened
 // with one connection open had its first claims each wait for a new server
-// process to start (up to 194 ms for the first replies after a start here,
-// against a 16-23 ms p99). It takes at most ConnectTimeout: a server that
+// process to start, many times the steady p99 (docs/benchmarks.md,
+// "Figures the code's choices rest on"). It takes at most ConnectTimeout: a server that
 // does not answer delays the relay's listening by that, no more. A
 // connection that cannot be opened (the server's max_connections reached,
 // the time up) ends the warming with an error; the pool opens the rest

@@ -166,10 +166,10 @@ func (l *Ledger) prepareWriteConn(ctx context.Context) error {
 	// by the committing connection). A background checkpointer was tried
 	// and measured worse: under a steady writer it never catches up with
 	// the WAL's end, so the WAL is never restarted and grows, and every
-	// commit's fsync then also journals the file's new size (1 caller:
-	// 0.75-0.95 ms per claim+finish against 0.52 ms). One whose leader
-	// copies the last frames itself, so that the WAL restarts, gained
-	// nothing either (docs/benchmarks.md, table 8).
+	// commit's fsync then also journals the file's new size. One whose
+	// leader copies the last frames itself, so that the WAL restarts,
+	// gained nothing either. The figures: docs/benchmarks.md, "Figures the
+	// code's choices rest on".
 	// From here on the write connection waits for the lock itself (see
 	// begin), still for at most BusyTimeout; statements inside a
 	// transaction that holds the lock never wait.
@@ -204,7 +204,7 @@ func open(path string, opts ledger.Options) (*Ledger, error) {
 	// secure_delete: a purged request's bytes (accounts, memo) are
 	// overwritten, not left in free pages; set explicitly, as builds
 	// differ in its default.
-	// vfs: each commit's WAL frames in one write (walbuf.go).
+	// vfs: each WAL frame written in one call, its header with its page (walbuf.go).
 	if err := registerWALBuffer(); err != nil {
 		return nil, err
 	}

@@ -19,11 +19,10 @@ import (
 )
 
 // A restart on a large ledger with a cold page cache (after a reboot) used
-// to serve at about 0.8x of its steady rate in its first second: nearly
-// every new GUID's claim read the leaf of tx's GUID index its GUID falls
-// on from disk, inside the write lock, one read after another (2,239 of
-// the 2,514 pages a traced cold first second read; git log holds the
-// trace). Warming (Options.WarmAtOpen, the relay) reads
+// to serve its first second well below its steady rate: nearly every new
+// GUID's claim read the leaf of tx's GUID index its GUID falls on from
+// disk, inside the write lock, one read after another (the figures and the
+// trace: docs/benchmarks.md, "Figures the code's choices rest on"). Warming (Options.WarmAtOpen, the relay) reads
 // those leaves before the ledger opens, warmReaders at a time and in the
 // file's order: the leaves that hold the GUIDs of the warmSample rows
 // written last, their neighbours, and the leaves in a gap of up to

@@ -1,10 +1,10 @@
 // Command hacluster runs a throwaway high-availability PostgreSQL (etcd and
-// three Patroni nodes, internal/hatest) for the demo and the benchmark:
+// three Patroni nodes, internal/testbed/hatest) for the demo and the benchmark:
 // it prints the ledger URL and one line per node, then runs until SIGINT
 // or SIGTERM and removes everything. Not a production tool: it is never
 // packaged.
 //
-//	go run ./internal/hatest/hacluster
+//	go run ./internal/testbed/hatest/hacluster
 //	url=postgres://postgres@127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/dedup?...
 //	node name=node1 port=P1 api=http://127.0.0.1:A1 dir=/tmp/dedup-ha-.../node1
 package main
