@@ -17,7 +17,7 @@ import (
 
 type flags struct {
 	connect.LedgerFlags
-	MinAge cli.Seconds `name:"min-age" default:"300" help:"Only UNKNOWN rows at least this many seconds old (longer than the core's longest processing time)."`
+	MinAge        cli.Seconds `name:"min-age" default:"300" help:"Only UNKNOWN rows at least this many seconds old (longer than the core's longest processing time)."`
 	coreapi.Flags `set:"timeout_help=Seconds for each inquiry once connected; then the row is left as it is." set:"connect_timeout_help=Seconds to obtain a connection to the core (TCP and TLS handshake); then the row is left as it is."`
 	connect.ClockFlags
 	job.JobFlags
