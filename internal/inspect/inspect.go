@@ -84,7 +84,7 @@ func meaning(r ledger.Row) string {
 	case dedup.StateDone:
 		return "final: " + dedup.CodeMeaning(r.RspCode)
 	case dedup.StateUnknown:
-		return "in doubt: sent, no definite answer; resolve resolves it by inquiry"
+		return "in doubt: sent, no definite answer; resolve asks the core and resolves it"
 	case dedup.StateFailed:
 		if r.RspCode == dedup.CodeNotSent {
 			return "surely not delivered; a retransmission or reprocess may send it"

@@ -128,6 +128,11 @@ func Main(args []string, hooks Hooks) int {
 }
 
 func run(f *Flags, log *slog.Logger, hooks Hooks) int {
+	// The signals before anything else: a SIGINT that arrives the instant
+	// the port accepts (or earlier) ends in a clean stop, never in death
+	// by the signal.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(os.Stderr, "relay: error: "+format+"\n", args...)
 		return cli.ExitRuntime
@@ -146,11 +151,6 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 		return fail("%v", err)
 	}
 	connect.WarnDB(log, f.DB, f.DBInsecure)
-	// The signals before anything else: a SIGINT that arrives the instant
-	// the port accepts (or earlier) ends in a clean stop, never in death
-	// by the signal.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	// The addresses next, bound but not listening: one that is taken or
 	// not this host's is refused naming its flag before the ledger is
 	// opened or created, and no connection is accepted (not even into the
