@@ -132,6 +132,10 @@ type Config struct {
 	// system roots and no client certificate. Ignored for http. The
 	// server name is always verified: it defaults to the URL's host.
 	TLS *tls.Config
+	// Dial, if set, obtains the connection in place of the TCP connect:
+	// the simulation's in-memory network (internal/testbed/sim). Every
+	// binary leaves it nil: the TCP connect, with TCP_USER_TIMEOUT.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // CheckBaseURL reports what is wrong with a core base URL, so that a
@@ -158,6 +162,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	u, _ := url.Parse(cfg.BaseURL) // checked above
 	d := newDialer(cfg.ConnectTimeout, cfg.Timeout)
+	d.custom = cfg.Dial
 	addr := u.Host
 	tr := &http.Transport{
 		Proxy:               nil, // never a proxy from the environment

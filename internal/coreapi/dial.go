@@ -24,7 +24,8 @@ import (
 // not request bytes.
 type dialer struct {
 	tcp     net.Dialer
-	tls     *tls.Config // nil for http://
+	custom  func(ctx context.Context, addr string) (net.Conn, error) // Config.Dial
+	tls     *tls.Config                                              // nil for http://
 	timeout time.Duration
 }
 
@@ -84,7 +85,15 @@ func (c *leaseConn) leaseConn() *leaseConn { return c }
 
 // dial connects to addr ("host:port").
 func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	raw, err := d.tcp.DialContext(ctx, network, addr)
+	var raw net.Conn
+	var err error
+	if d.custom != nil {
+		cctx, cancel := context.WithTimeout(ctx, d.timeout)
+		raw, err = d.custom(cctx, addr)
+		cancel()
+	} else {
+		raw, err = d.tcp.DialContext(ctx, network, addr)
+	}
 	if err != nil {
 		return nil, err
 	}

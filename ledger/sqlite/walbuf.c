@@ -270,6 +270,36 @@ static int walbufOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int f
 	return SQLITE_OK;
 }
 
+// The ledger's clock, datetime('now'): the default VFS's (the OS's) unless
+// walbuf_follow_go_clock turned on Go's (walbufGoNowMs, clock.go), which a
+// simulation sets so that the ledger's clock follows its virtual time.
+// Every release binary leaves it off.
+extern long long walbufGoNowMs(void);
+static int goClock;
+
+void walbuf_follow_go_clock(int on) { __atomic_store_n(&goClock, on, __ATOMIC_RELAXED); }
+
+// Milliseconds from the Julian day's origin to the Unix epoch.
+#define JULIAN_EPOCH_MS 210866760000000LL
+
+static int walbufCurrentTimeInt64(sqlite3_vfs *vfs, sqlite3_int64 *now) {
+	(void)vfs;
+	if (__atomic_load_n(&goClock, __ATOMIC_RELAXED)) {
+		*now = (sqlite3_int64)walbufGoNowMs() + JULIAN_EPOCH_MS;
+		return SQLITE_OK;
+	}
+	return defaultVFS->xCurrentTimeInt64(defaultVFS, now);
+}
+
+static int walbufCurrentTime(sqlite3_vfs *vfs, double *now) {
+	(void)vfs;
+	if (__atomic_load_n(&goClock, __ATOMIC_RELAXED)) {
+		*now = (double)((sqlite3_int64)walbufGoNowMs() + JULIAN_EPOCH_MS) / 86400000.0;
+		return SQLITE_OK;
+	}
+	return defaultVFS->xCurrentTime(defaultVFS, now);
+}
+
 int walbuf_register(void) {
 	if (defaultVFS != NULL) return SQLITE_OK;
 	if (sqlite3_vfs_find == NULL || sqlite3_vfs_register == NULL) return SQLITE_ERROR;
@@ -281,6 +311,8 @@ int walbuf_register(void) {
 	// Room for a walFile and, after it, the default VFS's own file.
 	walbufVFS.szOsFile = (int)realOffset + d->szOsFile;
 	walbufVFS.xOpen = walbufOpen;
+	if (d->iVersion >= 2 && d->xCurrentTimeInt64 != NULL) walbufVFS.xCurrentTimeInt64 = walbufCurrentTimeInt64;
+	walbufVFS.xCurrentTime = walbufCurrentTime;
 	defaultVFS = d;
 	return sqlite3_vfs_register(&walbufVFS, 0);
 }

@@ -12,4 +12,8 @@ int walbuf_register(void);
 // how many writes its held headers took (frames, and lone headers).
 void walbuf_stats(long long *frames, long long *writes);
 
+// walbuf_follow_go_clock makes datetime('now') on every connection of the
+// VFS read Go's clock (walbufGoNowMs) when on is not 0, the OS's when 0.
+void walbuf_follow_go_clock(int on);
+
 #endif
