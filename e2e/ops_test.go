@@ -427,7 +427,8 @@ func TestInspectCheckFindsADamagedFile(t *testing.T) {
 	if onPostgres() {
 		// The server checks its own pages: the check says so and succeeds,
 		// so that one timer serves both ledgers.
-		res := runJob(t, "inspect", "--db", tempDB(t), "--check", "--metrics-textfile", filepath.Join(dir, "check.prom"))
+		db, _ := newLedger(t)
+		res := runJob(t, "inspect", "--db", db, "--check", "--metrics-textfile", filepath.Join(dir, "check.prom"))
 		assert.Equal(t, res.ExitCode, 0)
 		assert.Equal(t, lastLine(res.Stdout()), "check: ok=1 damaged=0")
 		assert.Assert(t, strings.Contains(res.Stderr(), "the server checks its own pages"), res.Stderr())

@@ -42,7 +42,7 @@ if [ "$mutants" = 0 ]; then
   out=$(mktemp)
   rc=0
   run . >"$out" 2>&1 || rc=$?
-  grep -v '^sim: \|^=== RUN\|^--- PASS\|^ok \|^FAIL$\|^FAIL\s\|^--- FAIL\|^PASS$' "$out" || true
+  grep -v '^sim: \|^=== \|^ *--- PASS\|^ok \|^FAIL$\|^FAIL\s\|^--- FAIL\|^PASS$' "$out" || true
   line=$(grep '^sim: ' "$out" | tail -n 1)
   rm -f "$out"
   if [ -z "$line" ]; then echo "scripts/sim.sh: the simulation did not finish (exit $rc)" >&2; exit 1; fi
@@ -52,7 +52,7 @@ if [ "$mutants" = 0 ]; then
 fi
 
 # The mutants: each a known-wrong change to the money path, as a file and a
-# sed expression that must change it.
+# sed expression that must change it (and, for some, a second pair).
 mutants_list=(
   "resend-unknown|ledger/statements.go|s/WHERE guid=? AND state='FAILED' AND rsp_code='E902' AND (?=0 OR attempts < ?) RETURNING attempts, request/WHERE guid=? AND state IN ('FAILED','UNKNOWN') AND (?=0 OR attempts < ?) RETURNING attempts, request/; s/FROM tx WHERE state='FAILED' AND rsp_code='E902' AND attempts < ? ORDER BY/FROM tx WHERE state IN ('FAILED','UNKNOWN') AND attempts < ? ORDER BY/"
   "sweep-to-failed|ledger/statements.go|s/UPDATE tx SET state='UNKNOWN', rsp_code='E901', response=NULL, updated_at=datetime('now')/UPDATE tx SET state='FAILED', rsp_code='E902', response=NULL, updated_at=datetime('now')/"
@@ -60,20 +60,25 @@ mutants_list=(
   "e901-as-e902|internal/coreapi/client.go|s/return unknown(status, \"after connecting: \"+err.Error())/return Result{State: dedup.StateFailed, Code: dedup.CodeNotSent, NoConnection: true}/"
   "resolve-without-proof|internal/resolve/resolve.go|s/	case coreapi.NotFound:/	case coreapi.NotFound, lk.Verdict:/"
   "claim-overwrites|ledger/statements.go|s/VALUES(?,?,'SENT',NULL,?,NULL,1,datetime('now')) ON CONFLICT(guid) DO NOTHING/VALUES(?,?,'SENT',NULL,?,NULL,1,datetime('now')) ON CONFLICT(guid) DO UPDATE SET state='SENT', attempts=1/"
+  "settle-no-fence|ledger/statements.go|/Decide: Statement{/,/^\t},/s/^WHERE guid=? AND state=? AND attempts=? AND updated_at=?\`,/WHERE guid=? AND state=? AND ?>=0 AND ?!=''\`,/|internal/settle/settle.go|s/if row == nil || row.State != from.State || row.Attempts != from.Attempts || row.UpdatedAt != from.UpdatedAt {/if row == nil || row.State != from.State {/"
   "no-lease|ledger/bounds.go|s/return BusyTimeout + b.ConnectTimeout + time.Second/return 0/"
 )
 missed=0
 for m in "${mutants_list[@]}"; do
-  IFS='|' read -r name file expr <<<"$m"
+  IFS='|' read -r name file expr file2 expr2 <<<"$m"
   tree=$(mktemp -d)
   git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$tree"
-  cp "$tree/$file" "$tree/$file.orig"
-  sed -i "$expr" "$tree/$file"
-  if cmp -s "$tree/$file" "$tree/$file.orig"; then
-    echo "mutant $name: the change did not apply to $file" >&2
-    rm -rf "$tree"; exit 1
-  fi
-  rm "$tree/$file.orig"
+  for fe in "$file|$expr" "$file2|$expr2"; do
+    f=${fe%%|*} e=${fe#*|}
+    [ -n "$f" ] || continue
+    cp "$tree/$f" "$tree/$f.orig"
+    sed -i "$e" "$tree/$f"
+    if cmp -s "$tree/$f" "$tree/$f.orig"; then
+      echo "mutant $name: the change did not apply to $f" >&2
+      rm -rf "$tree"; exit 1
+    fi
+    rm "$tree/$f.orig"
+  done
   out=$(mktemp)
   start=$(date +%s)
   if run "$tree" >"$out" 2>&1; then

@@ -41,6 +41,7 @@ import (
 	"dedup/internal/reprocess"
 	"dedup/internal/resolve"
 	"dedup/internal/send"
+	"dedup/internal/settle"
 	"dedup/ledger"
 	"dedup/ledger/sqlite"
 	"dedup/lhstd"
@@ -73,6 +74,7 @@ type Result struct {
 	Violations []string       // each with the GUID's story
 	Applied    int            // transfers the core received (POSTs)
 	End        string         // the virtual time when the world was quiet
+	Jobs       map[string]int // the jobs run, and the people's decisions, by name
 	Replies    map[string]int // the replies channels received, by code ("-": none)
 }
 
@@ -87,9 +89,11 @@ type world struct {
 	coreLn *listener
 	coreHS *http.Server
 
-	coreDown atomic.Bool
-	lateLink atomic.Bool
-	faults   atomic.Int64
+	jobs      sync.Map       // job name → *atomic.Int64
+	approvals sync.WaitGroup // the second person's approvals still to come
+	coreDown  atomic.Bool
+	lateLink  atomic.Bool
+	faults    atomic.Int64
 
 	mu      sync.Mutex
 	relays  []*node
@@ -180,6 +184,7 @@ func Run(sched Schedule, dir string) Result {
 	chans.Wait()
 	close(stopFaults)
 	faultsDone.Wait()
+	w.approvals.Wait()
 	res.Transfers = sched.Channels * sched.Transfers
 	res.Faults = int(w.faults.Load())
 
@@ -198,6 +203,8 @@ func Run(sched Schedule, dir string) Result {
 	res.Violations = append(res.Violations, w.check()...)
 	res.Applied = w.core.Stats().Transfers
 	res.End = time.Now().UTC().Format(time.TimeOnly)
+	res.Jobs = map[string]int{}
+	w.jobs.Range(func(k, v any) bool { res.Jobs[k.(string)] = int(v.(*atomic.Int64).Load()); return true })
 	res.Replies = map[string]int{}
 	for _, st := range w.stories {
 		for _, c := range st.replies {
@@ -348,12 +355,14 @@ func (w *world) jobLoop(stop <-chan struct{}) {
 			return
 		case <-time.After(d.dur(5*time.Second, 60*time.Second)):
 		}
-		w.job(d.intn(3))
+		w.job(d.intn(5), d)
 	}
 }
 
-// job runs one job: 0 resolve, 1 reprocess, 2 purge.
-func (w *world) job(which int) (moved int) {
+// job runs one job: 0 resolve, 1 reprocess, 2 purge, 3 two people's
+// settle decision on the oldest row in doubt, 4 reconcile of the day so far
+// (it resolves what the journal proves and keeps its run).
+func (w *world) job(which int, d *draw) (moved int) {
 	l, err := sqlite.Open(w.path, ledger.Options{Actor: "job@sim"})
 	if err != nil {
 		w.note("world", "job: open: %v", err)
@@ -363,6 +372,9 @@ func (w *world) job(which int) (moved int) {
 	ctx := context.Background()
 	core := w.coreClient()
 	defer core.CloseIdle()
+	name := [...]string{"resolve", "reprocess", "purge", "settle", "reconcile"}[min(which, 4)]
+	n, _ := w.jobs.LoadOrStore(name, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
 	switch which {
 	case 0:
 		s, _ := resolve.Run(ctx, l, core, minAge, ledger.DefaultMaxClockSkew, w.log)
@@ -371,10 +383,68 @@ func (w *world) job(which int) (moved int) {
 		sender := &send.Sender{Ledger: l, Core: core, Lease: ledger.Bounds{ConnectTimeout: connectTimeout, Timeout: exchange}.Lease()}
 		s, _ := reprocess.Run(ctx, l, sender, maxAttempts, false, w.log)
 		return s.Sent
-	default:
+	case 2:
 		purge.Run(ctx, l, 1, 1, ledger.DefaultMaxClockSkew, false, nil, w.log)
+	case 3:
+		return w.settle(ctx, l, d.dur(0, 15*time.Minute))
+	default:
+		date := time.Now().Format("20060102")
+		s, _ := reconcile.Run(ctx, l, reconcile.Config{Date: date, Out: io.Discard, Log: w.log,
+			Source: reconcile.CoreSource{Client: core, URL: "http://core:80", Date: date}})
+		return int(s.Counts[dedup.FindingResolved] + s.Counts[dedup.FindingAppliedButFailed])
 	}
 	return 0
+}
+
+// The two people who decide, as sudo authenticated them.
+var (
+	proposer = settle.Person{Auth: settle.AuthSudo, Name: "kim", UID: 1001, Host: "sim"}
+	approver = settle.Person{Auth: settle.AuthSudo, Name: "lee", UID: 1002, Host: "sim"}
+)
+
+// settle has two people decide the oldest UNKNOWN row past resolve's
+// --min-age the way the runbook has them: from the core team's answer,
+// which is the truth (the core's journal) at the moment they ask. One
+// proposes; the other approves after a while (the row may have moved
+// meanwhile: the approval is fenced on the row as proposed).
+func (w *world) settle(ctx context.Context, l ledger.Ledger, after time.Duration) int {
+	rows, err := l.SelectUnknown(ctx, minAge)
+	if err != nil || len(rows) == 0 {
+		return 0
+	}
+	row := rows[0]
+	p := settle.Proposal{GUID: row.GUID, As: settle.NotApplied, Reason: "the core team: not applied"}
+	for _, line := range w.core.Journal(time.Now().Format("20060102")) {
+		if line.GUID == row.GUID {
+			balance := line.Balance
+			p = settle.Proposal{GUID: row.GUID, As: settle.Applied, Reason: "the core team: applied",
+				CoreRef: line.Ref, Balance: &balance, ProcessedAt: line.ProcessedAt}
+		}
+	}
+	desk := settle.DeskFor(l)
+	id, err := desk.Propose(ctx, p, proposer)
+	if err != nil {
+		w.note(row.GUID, "settle: propose %s refused: %v", p.As, err)
+		return 0
+	}
+	w.note(row.GUID, "settle: %s proposed (id %d)", p.As, id)
+	w.approvals.Go(func() {
+		time.Sleep(after)
+		l, err := sqlite.Open(w.path, ledger.Options{Actor: "settle@sim"})
+		if err != nil {
+			w.note(row.GUID, "settle: open: %v", err)
+			return
+		}
+		defer l.Close()
+		if _, err := settle.DeskFor(l).Approve(ctx, id, approver, "checked"); err != nil {
+			w.note(row.GUID, "settle: approval refused: %v", err)
+			return
+		}
+		w.note(row.GUID, "settle: %s approved", p.As)
+		n, _ := w.jobs.LoadOrStore("decisions", new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	})
+	return 1
 }
 
 // memo draws how the core and the holder will treat a transfer.
@@ -462,7 +532,7 @@ func isFinal(code string) bool {
 func (w *world) quiesce() {
 	for round := 0; round < 12; round++ {
 		time.Sleep(orphanAfter + minAge + 10*time.Second)
-		moved := w.job(0) + w.job(1)
+		moved := w.job(0, nil) + w.job(1, nil)
 		if moved == 0 && round > 0 {
 			return
 		}
@@ -541,6 +611,19 @@ func (w *world) check() []string {
 			why = append(why, "DONE/"+row.RspCode+" and the core applied it")
 		case row.State == dedup.StateFailed && len(applied) > 0:
 			why = append(why, "FAILED and the core applied it")
+		}
+		if row != nil {
+			if evs, err := l.Events(ctx, g); err == nil {
+				reclaims := 0
+				for _, e := range evs {
+					if e.Action == "reclaim" {
+						reclaims++
+					}
+				}
+				if reclaims != row.Attempts-1 {
+					why = append(why, fmt.Sprintf("attempts=%d with %d reclaim events: a change without its event", row.Attempts, reclaims))
+				}
+			}
 		}
 		if len(why) > 0 {
 			out = append(out, w.report(ctx, l, g, why, applied, row))
