@@ -253,7 +253,14 @@ func (r *run) check(ctx context.Context) error {
 	}
 	err = readJournal(src, r.Date, func(l Line) error {
 		if n := len(r.journal); n == 0 || len(r.journal[n-1]) == keyChunk {
-			r.journal = append(r.journal, make([]key, 0, keyChunk))
+			// The first chunk grows with the journal (a small day does
+			// not clear 16 MiB); once one is full, the day is large and
+			// each next chunk is allocated whole.
+			size := keyChunk
+			if n == 0 {
+				size = firstChunk
+			}
+			r.journal = append(r.journal, make([]key, 0, size))
 		}
 		r.journal[len(r.journal)-1] = append(r.journal[len(r.journal)-1], r.keys.of(l.GUID))
 		r.sum.Lines++
@@ -289,6 +296,9 @@ func (r *run) check(ctx context.Context) error {
 // keyChunk is how many keys the first pass keeps in one allocation (16
 // MiB).
 const keyChunk = 1 << 20
+
+// firstChunk is the first chunk's first capacity; append grows it.
+const firstChunk = 1 << 10
 
 // spoolSync is how much of the spool is written before it is synced.
 const spoolSync = 16 << 20
