@@ -74,3 +74,26 @@ CREATE TABLE IF NOT EXISTS reconcile_finding (
     resolved     INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS reconcile_finding_run ON reconcile_finding(run_id, critical);
+
+-- A critical finding across runs (spec: reconcile.md "A critical finding
+-- stays open until a person closes it"): one per GUID and class, opened by
+-- the first run that finds it, counted again by every later run that finds
+-- it (runs, last_run), and open until a person closes it with a note
+-- (closed_at, closed_by, note; the close is also an event on the
+-- transfer). A later run that no longer sees it does not close it.
+CREATE TABLE IF NOT EXISTS critical_finding (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    guid          TEXT    NOT NULL,
+    class         TEXT    NOT NULL,
+    business_date TEXT    NOT NULL,
+    first_run     INTEGER NOT NULL,
+    last_run      INTEGER NOT NULL,
+    runs          INTEGER NOT NULL DEFAULT 1,
+    amount        INTEGER,
+    opened_at     TEXT    NOT NULL DEFAULT (datetime('now')),
+    closed_at     TEXT,
+    closed_by     TEXT,
+    note          TEXT,
+    UNIQUE (guid, class)
+);
+CREATE INDEX IF NOT EXISTS critical_finding_open ON critical_finding(id) WHERE closed_at IS NULL;

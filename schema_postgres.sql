@@ -65,6 +65,32 @@ CREATE TABLE IF NOT EXISTS reconcile_finding (
   resolved     boolean NOT NULL
 );
 CREATE INDEX IF NOT EXISTS reconcile_finding_run ON reconcile_finding (run_id, critical);
+-- A critical finding across runs, open until a person closes it
+-- (schema.sql says more). Created with the runs already kept: each GUID and
+-- class they found critical is opened once (none was ever closed by a
+-- person); a finding already here is left as it is.
+CREATE TABLE IF NOT EXISTS critical_finding (
+  id            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  guid          text        NOT NULL,
+  class         text        NOT NULL,
+  business_date text        NOT NULL,
+  first_run     bigint      NOT NULL,
+  last_run      bigint      NOT NULL,
+  runs          bigint      NOT NULL DEFAULT 1,
+  amount        bigint,
+  opened_at     timestamptz NOT NULL DEFAULT now(),
+  closed_at     timestamptz,
+  closed_by     text,
+  note          text,
+  UNIQUE (guid, class)
+);
+CREATE INDEX IF NOT EXISTS critical_finding_open ON critical_finding (id) WHERE closed_at IS NULL;
+INSERT INTO critical_finding (guid, class, business_date, first_run, last_run, runs, amount, opened_at)
+SELECT g.guid, g.class, r.business_date, g.first_run, g.last_run, g.runs, g.amount, r.at
+FROM (SELECT guid, class, MIN(run_id) AS first_run, MAX(run_id) AS last_run, COUNT(*) AS runs, MAX(amount) AS amount
+      FROM reconcile_finding WHERE critical GROUP BY guid, class) g
+JOIN reconcile_run r ON r.id = g.first_run ORDER BY g.first_run, g.guid, g.class
+ON CONFLICT (guid, class) DO NOTHING;
 
 -- Four eyes inside the database (spec: settle.md "Who a person is";
 -- docs/security.md). An operator connects as their own role, a member of
@@ -303,12 +329,47 @@ BEGIN
 END
 $fn$;
 
+-- public.dedup_close_finding closes open critical finding p_id with a note
+-- saying what was done, for one person (closing changes no money and no
+-- row of tx, so no second person is asked), and records the close as an
+-- event on the transfer: action close_finding, detail the finding's id,
+-- class and note. It returns the person as the event names them.
+CREATE OR REPLACE FUNCTION public.dedup_close_finding(p_id bigint, p_note text, p_host text, p_vouched jsonb)
+RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  v_person jsonb := public.dedup_settle_person(p_host, p_vouched);
+  v_actor text := public.dedup_settle_actor(v_person);
+  v_f public.critical_finding;
+  v_state text;
+  v_attempts integer;
+BEGIN
+  IF coalesce(btrim(p_note), '') = '' THEN
+    RAISE EXCEPTION 'a note saying what was done is required' USING ERRCODE = 'DD002';
+  END IF;
+  SELECT * INTO v_f FROM public.critical_finding WHERE id = p_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'no finding %', p_id USING ERRCODE = 'DD001';
+  END IF;
+  IF v_f.closed_at IS NOT NULL THEN
+    RAISE EXCEPTION 'finding % was closed at % UTC by %: %', p_id,
+      to_char(v_f.closed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), v_f.closed_by, v_f.note USING ERRCODE = 'DD001';
+  END IF;
+  UPDATE public.critical_finding SET closed_at = now(), closed_by = v_actor, note = p_note WHERE id = p_id;
+  SELECT state, attempts INTO v_state, v_attempts FROM public.tx WHERE guid = v_f.guid;
+  INSERT INTO public.tx_event (guid, actor, action, from_state, to_state, rsp_code, attempts, detail)
+    VALUES (v_f.guid, v_actor, 'close_finding', v_state, NULL, NULL, v_attempts,
+      format('{"finding":%s,"class":%s,"note":%s}', p_id, to_json(v_f.class)::text, to_json(p_note)::text));
+  RETURN v_actor;
+END
+$fn$;
+
 REVOKE ALL ON FUNCTION public.dedup_settle_person(text, jsonb), public.dedup_settle_actor(jsonb), public.dedup_settle_trace(),
   public.dedup_settle_same(jsonb, jsonb), public.dedup_settle_target(text, public.tx, jsonb),
   public.dedup_settle_decision(bigint, jsonb, text),
   public.dedup_settle_propose(text, text, text, text, bigint, text, text, jsonb),
   public.dedup_settle_approve(bigint, text, text, jsonb),
-  public.dedup_settle_reject(bigint, text, text, jsonb) FROM PUBLIC;
+  public.dedup_settle_reject(bigint, text, text, jsonb),
+  public.dedup_close_finding(bigint, text, text, jsonb) FROM PUBLIC;
 
 -- The operators' role: made here if the owner may create roles, else by
 -- the database's administrator (CREATE ROLE dedup_operator NOLOGIN); its
@@ -323,10 +384,11 @@ BEGIN
     END;
   END IF;
   IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'dedup_operator') THEN
-    GRANT SELECT ON public.tx, public.tx_event, public.reconcile_run, public.reconcile_finding TO dedup_operator;
+    GRANT SELECT ON public.tx, public.tx_event, public.reconcile_run, public.reconcile_finding, public.critical_finding TO dedup_operator;
     GRANT EXECUTE ON FUNCTION public.dedup_settle_propose(text, text, text, text, bigint, text, text, jsonb),
       public.dedup_settle_approve(bigint, text, text, jsonb),
-      public.dedup_settle_reject(bigint, text, text, jsonb) TO dedup_operator;
+      public.dedup_settle_reject(bigint, text, text, jsonb),
+      public.dedup_close_finding(bigint, text, text, jsonb) TO dedup_operator;
   END IF;
 END
 $do$;

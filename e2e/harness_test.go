@@ -30,6 +30,7 @@ import (
 
 	"dedup"
 	"dedup/internal/channel"
+	"dedup/internal/socket"
 	"dedup/internal/testbed/pgtest"
 	"dedup/ledger/backend"
 	"dedup/lhstd"
@@ -283,14 +284,18 @@ func (c *core) post(t *testing.T, guid string) {
 	assert.Equal(t, resp.StatusCode, 200)
 }
 
-// freeAddr returns a loopback address nobody listens on.
+// freeAddr returns a loopback address nobody listens on, reserved for the
+// test's lifetime: the port stays bound (SO_REUSEADDR, not listening), so a
+// connection to it is refused, no other test's port 0 lands on it, and the
+// test's own core or relay may still bind and listen on it later. A port
+// closed at once was taken by another test's fixture core during an outage
+// test, which then heard 0000 where nothing should have answered.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	b, err := socket.Bind("127.0.0.1:0")
 	assert.NilError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	t.Cleanup(func() { b.Close() })
+	return b.Addr().String()
 }
 
 // tempDB returns the --db value of a new, empty ledger of ledgerKind.

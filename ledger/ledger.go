@@ -15,9 +15,11 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"dedup"
@@ -89,6 +91,9 @@ const (
 	ActionApprove   = "approve"   // a second operator approved it: the row changed
 	ActionReject    = "reject"    // a second operator rejected it; the row is unchanged
 	ActionExpire    = "expire"    // it was older than its limit when approved; the row is unchanged
+	// ActionCloseFinding: a person closed a critical finding of reconcile
+	// with a note saying what was done; the row is unchanged.
+	ActionCloseFinding = "close_finding"
 )
 
 // ErrProposalClosed is returned by Decide when the proposal already has a
@@ -199,6 +204,17 @@ type Ledger interface {
 	ReconcileRuns(ctx context.Context, date string, limit int) ([]ReconcileRun, error)
 	// ReconcileFindings returns the findings kept for a run, critical first.
 	ReconcileFindings(ctx context.Context, runID int64) ([]ReconcileFinding, error)
+	// OpenFindings returns the open critical findings, oldest first, at
+	// most limit of them, and how many are open in all.
+	OpenFindings(ctx context.Context, limit int) ([]CriticalFinding, int64, error)
+	// Finding returns critical finding id, open or closed (nil if none).
+	Finding(ctx context.Context, id int64) (*CriticalFinding, error)
+	// CloseFinding closes open critical finding id for actor, with note,
+	// and records its close_finding event on the transfer, in one
+	// transaction. A finding not found or closed already wraps ErrRefused,
+	// and nothing is written. PostgreSQL's operators close through
+	// Desk.CloseFindingInLedger instead.
+	CloseFinding(ctx context.Context, id int64, actor, note string) (CriticalFinding, error)
 	// SweepOrphans moves SENT/RECEIVED rows not updated for longer than
 	// after to UNKNOWN/E901 and returns how many it moved.
 	SweepOrphans(ctx context.Context, after time.Duration) (int64, error)
@@ -464,6 +480,9 @@ type Desk interface {
 	ProposeInLedger(ctx context.Context, p Proposed, host string, vouched *Vouched) (id int64, err error)
 	ApproveInLedger(ctx context.Context, id int64, reason, host string, vouched *Vouched) (Decided, error)
 	RejectInLedger(ctx context.Context, id int64, reason, host string, vouched *Vouched) error
+	// CloseFindingInLedger closes a critical finding through
+	// dedup_close_finding: one person suffices, whom the database names.
+	CloseFindingInLedger(ctx context.Context, id int64, note, host string, vouched *Vouched) (CriticalFinding, error)
 }
 
 // ReconcileRun is one completed reconciliation of a business date against
@@ -488,6 +507,45 @@ type ReconcileRun struct {
 // long; the counts are always whole, and reconcile's output lists every
 // finding.
 const MaxKeptFindings = 10000
+
+// CriticalFinding is a critical finding across reconcile's runs
+// (docs/reconcile.md "Open findings"): one per GUID and class, opened by
+// the first run that finds it, counted again by every later run that finds
+// it, and open until a person closes it with a note. A later run that no
+// longer sees it does not close it: the incident behind it is still there.
+type CriticalFinding struct {
+	ID    int64
+	GUID  string
+	Class dedup.Finding
+	// Date is the business date (YYYYMMDD) of the run that opened it.
+	Date string
+	// FirstRun and LastRun are the first and the last run that found it;
+	// Runs counts the runs that found it.
+	FirstRun, LastRun, Runs int64
+	Amount                  int64
+	OpenedAt                string        // UTC, as the database keeps it
+	Age                     time.Duration // since it was opened, on the ledger's clock
+	// ClosedAt, ClosedBy (the person, as events name them) and Note are
+	// empty while it is open.
+	ClosedAt, ClosedBy, Note string
+}
+
+// Open reports whether nobody has closed f yet.
+func (f CriticalFinding) Open() bool { return f.ClosedAt == "" }
+
+// FindingClosedDetail is a close_finding event's detail: the finding's
+// id, class and the person's note, as JSON.
+func FindingClosedDetail(f CriticalFinding, note string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // as PostgreSQL's to_json writes the note
+	enc.Encode(struct {
+		Finding int64  `json:"finding"`
+		Class   string `json:"class"`
+		Note    string `json:"note"`
+	}{f.ID, string(f.Class), note})
+	return strings.TrimSuffix(b.String(), "\n")
+}
 
 // ReconcileFinding is one GUID's finding in a run.
 type ReconcileFinding struct {

@@ -313,3 +313,40 @@ func KeptFindings(r ReconcileRun) []ReconcileFinding {
 	}
 	return kept
 }
+
+// ReadCriticalFindings reads FindingColumns and FindingAge rows.
+func ReadCriticalFindings(sel Selection, err error, translate TranslateError) ([]CriticalFinding, error) {
+	return readAll(sel, err, "critical findings", translate, func(c Cursor) ([]CriticalFinding, error) {
+		var out []CriticalFinding
+		for c.Next() {
+			var f CriticalFinding
+			var class string
+			var age int64
+			if err := c.Scan(&f.ID, &f.GUID, &class, &f.Date, &f.FirstRun, &f.LastRun, &f.Runs, &f.Amount, &f.OpenedAt,
+				&f.ClosedAt, &f.ClosedBy, &f.Note, &age); err != nil {
+				return nil, fmt.Errorf("read critical findings: %w", translate(err))
+			}
+			f.Class, f.Age = dedup.Finding(class), time.Duration(max(age, 0))*time.Second
+			out = append(out, f)
+		}
+		if err := c.Err(); err != nil {
+			return nil, fmt.Errorf("read critical findings: %w", translate(err))
+		}
+		return out, nil
+	})
+}
+
+// OpenCriticalFindingArgs are OpenCriticalFinding's arguments for finding
+// f of run r (id runID).
+func OpenCriticalFindingArgs(runID int64, r ReconcileRun, f ReconcileFinding) []any {
+	return []any{f.GUID, string(f.Class), r.Date, runID, runID, f.Amount}
+}
+
+// FindingNotClosable is the refusal of a close of finding id: not found
+// (f nil), or closed already.
+func FindingNotClosable(id int64, f *CriticalFinding) error {
+	if f == nil {
+		return fmt.Errorf("%w: no finding %d", ErrRefused, id)
+	}
+	return fmt.Errorf("%w: finding %d was closed at %s UTC by %s: %s", ErrRefused, id, f.ClosedAt, f.ClosedBy, f.Note)
+}

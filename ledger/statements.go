@@ -21,6 +21,8 @@ var SQL = struct {
 	EventByID, ProposalClosed                                                Statement
 	GetMany, DoneSliceEdge, DoneSlice, ResolveFromJournal                    Statement
 	AddReconcileRun, AddReconcileFinding, ReconcileRuns, ReconcileFindings   Statement
+	OpenCriticalFinding, OpenFindings, CountOpenFindings, FindingByID        Statement
+	CloseFinding, BackfillCriticalFindings                                   Statement
 }{
 	// Rule 1, one claim per GUID: the insert that only one caller can win.
 	// Affected rows = 1 means "mine", with attempt 1.
@@ -308,6 +310,49 @@ FROM reconcile_finding WHERE run_id=? ORDER BY critical DESC, rowid`,
 		Postgres: `SELECT class, guid, COALESCE(ledger_state, ''), COALESCE(ledger_code, ''), COALESCE(journal_refs, ''), COALESCE(amount, 0), critical::int, resolved::int
 FROM reconcile_finding WHERE run_id=$1 ORDER BY critical DESC, ctid`,
 	},
+	// A critical finding stays open until a person closes it
+	// (docs/reconcile.md "Open findings"): the run that finds a GUID and
+	// class first opens it; a later run that finds it again is counted on
+	// the same finding, open or closed, and never reopens a closed one.
+	OpenCriticalFinding: Statement{
+		SQLite: `INSERT INTO critical_finding(guid, class, business_date, first_run, last_run, amount)
+VALUES(?,?,?,?,?,?) ON CONFLICT(guid, class) DO UPDATE SET last_run=excluded.last_run, runs=critical_finding.runs+1`,
+		Postgres: `INSERT INTO critical_finding(guid, class, business_date, first_run, last_run, amount)
+VALUES($1,$2,$3,$4,$5,$6) ON CONFLICT (guid, class) DO UPDATE SET last_run=excluded.last_run, runs=critical_finding.runs+1`,
+	},
+	OpenFindings: Statement{
+		SQLite: `SELECT ` + FindingColumns + `, ` + FindingAge.SQLite + ` FROM critical_finding
+WHERE closed_at IS NULL ORDER BY id LIMIT ?`,
+		Postgres: `SELECT ` + FindingColumnsPostgres + `, ` + FindingAge.Postgres + ` FROM critical_finding
+WHERE closed_at IS NULL ORDER BY id LIMIT $1`,
+	},
+	CountOpenFindings: Statement{
+		SQLite:   `SELECT count(*) FROM critical_finding WHERE closed_at IS NULL`,
+		Postgres: `SELECT count(*) FROM critical_finding WHERE closed_at IS NULL`,
+	},
+	FindingByID: Statement{
+		SQLite:   `SELECT ` + FindingColumns + `, ` + FindingAge.SQLite + ` FROM critical_finding WHERE id=?`,
+		Postgres: `SELECT ` + FindingColumnsPostgres + `, ` + FindingAge.Postgres + ` FROM critical_finding WHERE id=$1`,
+	},
+	// CloseFinding closes an open finding; 0 rows: not found, or closed
+	// already (FindingByID tells which). PostgreSQL's operators close
+	// through dedup_close_finding, which runs the same statement.
+	CloseFinding: Statement{
+		SQLite:   `UPDATE critical_finding SET closed_at=datetime('now'), closed_by=?, note=? WHERE id=? AND closed_at IS NULL`,
+		Postgres: `UPDATE critical_finding SET closed_at=now(), closed_by=$1, note=$2 WHERE id=$3 AND closed_at IS NULL`,
+	},
+	// BackfillCriticalFindings opens, once, when an older ledger gains the
+	// critical_finding table, a finding for each GUID and class that the
+	// runs already kept found critical: none of them was ever closed by a
+	// person. PostgreSQL runs it in schema_postgres.sql.
+	BackfillCriticalFindings: Statement{
+		SQLite: `INSERT INTO critical_finding(guid, class, business_date, first_run, last_run, runs, amount, opened_at)
+SELECT g.guid, g.class, r.business_date, g.first_run, g.last_run, g.runs, g.amount, r.at
+FROM (SELECT guid, class, MIN(run_id) AS first_run, MAX(run_id) AS last_run, COUNT(*) AS runs, MAX(amount) AS amount
+      FROM reconcile_finding WHERE critical<>0 GROUP BY guid, class) g
+JOIN reconcile_run r ON r.id = g.first_run WHERE true ORDER BY g.first_run, g.guid, g.class
+ON CONFLICT(guid, class) DO NOTHING`,
+	},
 	EventByID: Statement{
 		SQLite:   `SELECT ` + EventColumns + `, ` + EventAge.SQLite + ` FROM tx_event WHERE id=?`,
 		Postgres: `SELECT ` + EventColumnsPostgres + `, ` + EventAge.Postgres + ` FROM tx_event WHERE id=$1`,
@@ -329,6 +374,24 @@ floor(extract(epoch FROM now() - updated_at))::bigint`,
 
 // EventColumnsPostgres is EventColumns with at as text to the microsecond.
 const EventColumnsPostgres = `id, guid, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), actor, action, from_state, to_state, rsp_code, attempts, detail`
+
+// FindingColumns are the columns a critical finding's read selects, in
+// ReadCriticalFindings' order, before its age.
+const FindingColumns = `id, guid, class, business_date, first_run, last_run, runs, COALESCE(amount, 0), opened_at,
+COALESCE(closed_at, ''), COALESCE(closed_by, ''), COALESCE(note, '')`
+
+// FindingColumnsPostgres are FindingColumns with PostgreSQL's times as
+// SQLite's text.
+const FindingColumnsPostgres = `id, guid, class, business_date, first_run, last_run, runs, COALESCE(amount, 0),
+to_char(opened_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),
+COALESCE(to_char(closed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), ''), COALESCE(closed_by, ''), COALESCE(note, '')`
+
+// FindingAge is a finding's age since it was opened, in whole seconds on
+// the database's clock.
+var FindingAge = Statement{
+	SQLite:   "CAST(strftime('%s','now') AS INTEGER) - CAST(strftime('%s', opened_at) AS INTEGER)",
+	Postgres: "floor(extract(epoch FROM now() - opened_at))::bigint",
+}
 
 // EventAge is an event's age in whole seconds on the database's clock.
 var EventAge = Statement{

@@ -14,21 +14,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
+# stage names a stage and how long the command has run so far, so that a
+# slow stage shows in the log (the whole command should stay under 30
+# minutes; docs/testing.md).
+stage() { echo "== $* (test.sh: ${SECONDS} s so far)"; }
 
-echo "== gofmt"
+stage "gofmt"
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
-echo "== go vet"
+stage "go vet"
 go vet ./...
 go vet -tags faults ./e2e/
 # The end-to-end tests mostly wait on the processes they start (timeouts,
 # leases, failovers), so four run at once (-parallel 4), not GOMAXPROCS (2).
-echo "== go test -race (ledger conformance on SQLite and PostgreSQL; end-to-end on SQLite)"
+stage "go test -race (ledger conformance on SQLite and PostgreSQL; end-to-end on SQLite)"
 DEDUP_E2E_RACE=1 go test -race -count=1 -parallel 4 -timeout 30m ./...
-echo "== the simulation: the real code under virtual time, 3 minutes of seeds, then its mutants (docs/testing.md)"
+stage "the simulation: the real code under virtual time, 3 minutes of seeds, then its mutants (docs/testing.md)"
 scripts/sim.sh --minutes 3
 scripts/sim.sh --mutants --minutes 3
-echo "== end-to-end tests on a PostgreSQL ledger, beside the model check (SPIN, one core)"
+stage "end-to-end tests on a PostgreSQL ledger, beside the model check (SPIN, one core)"
 # The model check is one CPU-bound process and the tests mostly wait, so
 # they share the machine; the model's output follows the tests'.
 model_log=$(mktemp)
@@ -41,12 +45,12 @@ DEDUP_E2E_LEDGER=postgres DEDUP_E2E_RACE=1 go test -race -count=1 -parallel 4 -t
   -skip 'TestTwoHostsShareOnePostgresLedger|TestPurgeBesideAReaderStallsNoClaim|TestFastLedgerClockDecidesNothingByAge|TestBrokenLinkToTheCore|TestPostgresDown|TestReadyzFollowsTheLedger|TestFullDiskLosesNothing|TestLedgerFilesArePrivateAndPurgeLeavesNoMemo|TestHA|TestNoPasswordLeavesTheProcess|TestCommitWithoutTheStandbyIsCountedAndNotSent' ./e2e/ || e2e_rc=$?
 model_rc=0
 wait "$model_pid" || model_rc=$?
-echo "== the protocol, model-checked (SPIN: the model and its mutants)"
+stage "the protocol, model-checked (SPIN: the model and its mutants)"
 cat "$model_log"
 rm -f "$model_log"
 if [ "$e2e_rc" -ne 0 ]; then echo "test.sh: the end-to-end tests on PostgreSQL failed" >&2; exit 1; fi
 if [ "$model_rc" -ne 0 ]; then echo "test.sh: the model check failed" >&2; exit 1; fi
-echo "== the Debian packages, installed into this machine (root)"
+stage "the Debian packages, installed into this machine (root)"
 if [ "$(id -u)" -eq 0 ]; then
   scripts/package-test.sh
 else
@@ -54,19 +58,20 @@ else
   exit 1
 fi
 if [ -d deploy/prometheus ]; then
-  echo "== promtool test rules"
+  stage "promtool test rules"
   promtool check rules deploy/prometheus/alerts.yml
   promtool test rules deploy/prometheus/alerts_test.yml
 fi
-echo "== short fault campaign (SQLite)"
+stage "short fault campaign (SQLite)"
 scripts/faults.sh --short
-echo "== short fault campaign (PostgreSQL, with database crashes)"
+stage "short fault campaign (PostgreSQL, with database crashes)"
 scripts/faults.sh --short --ledger postgres
-echo "== short power-loss campaign (SQLite on a file system that loses unsynced writes), and its control"
+stage "short power-loss campaign (SQLite on a file system that loses unsynced writes), and its control"
 scripts/faults.sh --power-loss --short
-echo "== short power-loss campaign (PostgreSQL's data directory on it), and its control"
+stage "short power-loss campaign (PostgreSQL's data directory on it), and its control"
 scripts/faults.sh --power-loss --short --ledger postgres
-echo "== short fault campaign over TLS (channels over mutual TLS, the core over https)"
+stage "short fault campaign over TLS (channels over mutual TLS, the core over https)"
 scripts/faults.sh --short --tls
-echo "== short fault campaign on the HA ledger (etcd and three Patroni nodes; failovers)"
+stage "short fault campaign on the HA ledger (etcd and three Patroni nodes; failovers)"
 scripts/faults.sh --short --ledger patroni --runs 2
+stage "done"

@@ -90,6 +90,7 @@ func Exercise(t *testing.T, b Backend) {
 		{"GetManyReturnsTheRowsThatExist", testGetMany},
 		{"DoneSliceReadsEachDoneRowOfTheDayOnce", testDoneSlice},
 		{"ReconcileRunsKeepTheirCountsAndFindings", testReconcileRuns},
+		{"CriticalFindingStaysOpenUntilAPersonClosesIt", testCriticalFindings},
 		{"SelectionEdgesAndSweep", testSelections},
 		{"PurgeDeletesOnlyOldDone", testPurge},
 		{"RowsWrittenByOtherTools", testOtherTools},

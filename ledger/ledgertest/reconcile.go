@@ -1,7 +1,10 @@
 package ledgertest
 
 import (
+	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
@@ -165,4 +168,118 @@ func testReconcileRuns(t *testing.T, s suite) {
 		}
 	}
 	assert.Check(t, is.DeepEqual(twice.Refs, []string{"C2", "C3"}))
+}
+
+// testCriticalFindings: one finding per GUID and class across runs; a run
+// that no longer sees it leaves it open; a person closes it once, with an
+// event on the transfer; a later run that finds it again counts itself on
+// the closed finding and does not reopen it.
+func testCriticalFindings(t *testing.T, s suite) {
+	l, db := s.fresh(t)
+	s.insert(t, db, guid(2), "TRF00001", "DONE", "0000", []byte("r"), []byte("x"), 1, 60)
+	twice := ledger.ReconcileFinding{Class: dedup.FindingAppliedTwice, GUID: guid(2), State: "DONE", Code: "0000", Refs: []string{"C2", "C3"}, Amount: 99_000_000}
+	told := ledger.ReconcileFinding{Class: dedup.FindingToldSuccessUnapplied, GUID: guid(3), State: "DONE", Code: "0000", Amount: 300}
+	resolved := ledger.ReconcileFinding{Class: dedup.FindingResolved, GUID: guid(1), State: "UNKNOWN", Code: "E901", Refs: []string{"C1"}, Amount: 100, Resolved: true}
+	add := func(date string, fs ...ledger.ReconcileFinding) int64 {
+		t.Helper()
+		id, err := l.AddReconcileRun(ctx, ledger.ReconcileRun{Date: date, Actor: "reconcile@host", Source: "journal.csv", Counts: map[dedup.Finding]int64{}, Findings: fs})
+		assert.NilError(t, err)
+		return id
+	}
+	open := func() ([]ledger.CriticalFinding, int64) {
+		t.Helper()
+		fs, n, err := l.OpenFindings(ctx, 100)
+		assert.NilError(t, err)
+		return fs, n
+	}
+	run1 := add("20261129", resolved, twice, told)
+	fs, n := open()
+	assert.Assert(t, is.Len(fs, 2), "the resolved finding is not critical; the other two are")
+	assert.Check(t, is.Equal(n, int64(2)))
+	assert.Check(t, is.Equal(fs[0].GUID, guid(2)))
+	assert.Check(t, is.Equal(fs[0].Class, dedup.FindingAppliedTwice))
+	assert.Check(t, is.Equal(fs[0].Date, "20261129"))
+	assert.Check(t, is.Equal(fs[0].Amount, int64(99_000_000)))
+	assert.Check(t, fs[0].Open() && fs[0].OpenedAt != "" && fs[0].Age < time.Hour)
+	id := fs[0].ID
+
+	run2 := add("20261129", twice) // the same date again: the same finding
+	add("20261129")                // a run that no longer sees either
+	fs, n = open()
+	assert.Assert(t, is.Len(fs, 2), "a later run closed or duplicated a finding")
+	assert.Check(t, is.Equal(n, int64(2)))
+	assert.Check(t, is.Equal(fs[0].Runs, int64(2)))
+	assert.Check(t, is.Equal(fs[0].FirstRun, run1))
+	assert.Check(t, is.Equal(fs[0].LastRun, run2))
+
+	// Nothing but open findings are closed, and a refusal writes nothing.
+	for _, bad := range []int64{id + 1000} {
+		_, err := l.CloseFinding(ctx, bad, "settle:kim(sudo uid 1001)@host", "n/a")
+		assert.Check(t, errors.Is(err, ledger.ErrRefused), "closing finding %d: %v", bad, err)
+	}
+	closed, err := l.CloseFinding(ctx, id, "settle:kim(sudo uid 1001)@host", "reversed in the core: REV-1; MOB told")
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(closed.GUID, guid(2)))
+	_, err = l.CloseFinding(ctx, id, "settle:lee(sudo uid 1002)@host", "again")
+	assert.Check(t, errors.Is(err, ledger.ErrRefused), "closed twice: %v", err)
+	evs, err := l.Events(ctx, guid(2))
+	assert.NilError(t, err)
+	assert.Assert(t, is.Len(evs, 1), "one close, one event")
+	assert.Check(t, is.Equal(evs[0].Action, ledger.ActionCloseFinding))
+	assert.Check(t, is.Equal(evs[0].Actor, "settle:kim(sudo uid 1001)@host"))
+	assert.Check(t, is.Equal(evs[0].FromState, "DONE"))
+	assert.Check(t, is.Equal(evs[0].Detail, fmt.Sprintf(`{"finding":%d,"class":"applied_twice","note":"reversed in the core: REV-1; MOB told"}`, id)))
+	row, err := l.Get(ctx, guid(2))
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(row.State, dedup.StateDone), "closing changed the row")
+
+	add("20261129", twice) // found again: counted, not reopened
+	fs, n = open()
+	assert.Assert(t, is.Len(fs, 1))
+	assert.Check(t, is.Equal(n, int64(1)))
+	assert.Check(t, is.Equal(fs[0].GUID, guid(3)))
+	f, err := l.Finding(ctx, id)
+	assert.NilError(t, err)
+	assert.Assert(t, f != nil)
+	assert.Check(t, !f.Open(), "a later run reopened a closed finding")
+	assert.Check(t, is.Equal(f.Runs, int64(3)))
+	assert.Check(t, is.Equal(f.ClosedBy, "settle:kim(sudo uid 1001)@host"))
+	assert.Check(t, is.Equal(f.Note, "reversed in the core: REV-1; MOB told"))
+	none, err := l.Finding(ctx, id+1000)
+	assert.NilError(t, err)
+	assert.Check(t, none == nil)
+}
+
+// ExerciseUpgrade checks that a ledger made before critical findings were
+// kept across runs gains them when a binary of this version first opens
+// it: each GUID and class its kept runs found critical is an open finding,
+// counted once per run, and opening it again adds none. forget turns db
+// back into such a ledger (its critical_finding table dropped, and
+// whatever makes the next open apply the schema again).
+func ExerciseUpgrade(t *testing.T, b Backend, forget func(t *testing.T, db string)) {
+	s := suite{b}
+	db := s.New(t)
+	l, err := s.Open(db, ledger.Options{})
+	assert.NilError(t, err)
+	twice := ledger.ReconcileFinding{Class: dedup.FindingAppliedTwice, GUID: guid(2), State: "DONE", Code: "0000", Amount: 200}
+	told := ledger.ReconcileFinding{Class: dedup.FindingToldSuccessUnapplied, GUID: guid(3), State: "DONE", Code: "0000", Amount: 300}
+	resolved := ledger.ReconcileFinding{Class: dedup.FindingResolved, GUID: guid(1), State: "UNKNOWN", Code: "E901", Amount: 100, Resolved: true}
+	for _, fs := range [][]ledger.ReconcileFinding{{resolved, twice, told}, {twice}} {
+		_, err := l.AddReconcileRun(ctx, ledger.ReconcileRun{Date: "20261129", Actor: "reconcile@host", Source: "journal.csv", Counts: map[dedup.Finding]int64{}, Findings: fs})
+		assert.NilError(t, err)
+	}
+	assert.NilError(t, l.Close())
+	forget(t, db)
+	for i := 0; i < 2; i++ {
+		l := s.open(t, db, ledger.Options{})
+		fs, n, err := l.OpenFindings(ctx, 10)
+		assert.NilError(t, err)
+		assert.Assert(t, is.Len(fs, 2), "open %d after the upgrade", i+1)
+		assert.Check(t, is.Equal(n, int64(2)))
+		assert.Check(t, is.Equal(fs[0].GUID, guid(2)))
+		assert.Check(t, is.Equal(fs[0].Runs, int64(2)))
+		assert.Check(t, is.Equal(fs[0].Date, "20261129"))
+		assert.Check(t, is.Equal(fs[1].Class, dedup.FindingToldSuccessUnapplied))
+		l.Close()
+	}
 }

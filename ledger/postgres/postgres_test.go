@@ -590,3 +590,13 @@ func TestWarmAtOpenThatCannotOpenEveryConnectionStillOpensTheLedger(t *testing.T
 	assert.NilError(t, err)
 	assert.Assert(t, won)
 }
+
+// TestUpgradeOpensTheCriticalFindingsOfTheRunsKept: a ledger of an older
+// schema version (no critical_finding table) gains its open findings when
+// the owner's binary applies this version's schema, once.
+func TestUpgradeOpensTheCriticalFindingsOfTheRunsKept(t *testing.T) {
+	ledgertest.ExerciseUpgrade(t, Backend, func(t *testing.T, db string) {
+		pgtest.Exec(t, db, "DROP TABLE critical_finding")
+		pgtest.Exec(t, db, "COMMENT ON FUNCTION "+approveFunction+" IS 'dedup schema older'")
+	})
+}

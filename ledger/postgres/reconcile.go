@@ -73,6 +73,9 @@ func (l *Ledger) AddReconcileRun(ctx context.Context, r ledger.ReconcileRun) (in
 		var b pgx.Batch
 		for _, f := range kept {
 			b.Queue(ledger.SQL.AddReconcileFinding.Postgres, ledger.ReconcileFindingArgs(id, f)...)
+			if f.Class.Critical() {
+				b.Queue(ledger.SQL.OpenCriticalFinding.Postgres, ledger.OpenCriticalFindingArgs(id, r, f)...)
+			}
 		}
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 			return translate(err)
@@ -99,4 +102,86 @@ func (l *Ledger) ReconcileFindings(ctx context.Context, runID int64) ([]ledger.R
 	defer cancel()
 	rows, err := l.pool.Query(ctx, ledger.SQL.ReconcileFindings.Postgres, runID)
 	return ledger.ReadReconcileFindings(selection{rows}, err, translate)
+}
+
+// OpenFindings returns the open critical findings, oldest first, and how
+// many are open.
+func (l *Ledger) OpenFindings(ctx context.Context, limit int) ([]ledger.CriticalFinding, int64, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	var n int64
+	if err := l.pool.QueryRow(ctx, ledger.SQL.CountOpenFindings.Postgres).Scan(&n); err != nil {
+		return nil, 0, fmt.Errorf("count the open findings: %w", translate(err))
+	}
+	rows, err := l.pool.Query(ctx, ledger.SQL.OpenFindings.Postgres, limit)
+	fs, err := ledger.ReadCriticalFindings(selection{rows}, err, translate)
+	return fs, n, err
+}
+
+// Finding returns critical finding id (nil if none).
+func (l *Ledger) Finding(ctx context.Context, id int64) (*ledger.CriticalFinding, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	rows, err := l.pool.Query(ctx, ledger.SQL.FindingByID.Postgres, id)
+	fs, err := ledger.ReadCriticalFindings(selection{rows}, err, translate)
+	if err != nil || len(fs) == 0 {
+		return nil, err
+	}
+	return &fs[0], nil
+}
+
+// CloseFinding closes open finding id for actor and records its
+// close_finding event, in one transaction: the schema owner's way (the
+// conformance suite's); an operator's role closes through
+// CloseFindingInLedger.
+func (l *Ledger) CloseFinding(ctx context.Context, id int64, actor, note string) (ledger.CriticalFinding, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	var closed ledger.CriticalFinding
+	var verdict error
+	err := l.onConn(ctx, func(c *pgxpool.Conn) error {
+		verdict = nil
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			return translate(err)
+		}
+		defer tx.Rollback(ctx)
+		rows, err := tx.Query(ctx, ledger.SQL.FindingByID.Postgres+" FOR UPDATE", id)
+		fs, err := ledger.ReadCriticalFindings(selection{rows}, err, translate)
+		if err != nil {
+			return err
+		}
+		if len(fs) == 0 || !fs[0].Open() {
+			var f *ledger.CriticalFinding
+			if len(fs) > 0 {
+				f = &fs[0]
+			}
+			verdict = ledger.FindingNotClosable(id, f)
+			return nil
+		}
+		closed = fs[0]
+		if _, err := tx.Exec(ctx, ledger.SQL.CloseFinding.Postgres, actor, note, id); err != nil {
+			return translate(err)
+		}
+		var state *string
+		var attempts *int64
+		err = tx.QueryRow(ctx, "SELECT state, attempts FROM tx WHERE guid=$1", closed.GUID).Scan(&state, &attempts)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return translate(err)
+		}
+		var ignored int64
+		if err := tx.QueryRow(ctx, ledger.SQL.AddEvent.Postgres, closed.GUID, actor, ledger.ActionCloseFinding, state, nil, nil, attempts,
+			ledger.FindingClosedDetail(closed, note)).Scan(&ignored); err != nil {
+			return translate(err)
+		}
+		return l.commit(ctx, tx)
+	})
+	if err != nil {
+		return ledger.CriticalFinding{}, fmt.Errorf("close finding %d: %w", id, err)
+	}
+	if verdict != nil {
+		return ledger.CriticalFinding{}, verdict
+	}
+	closed.ClosedBy, closed.Note = actor, note
+	return closed, nil
 }

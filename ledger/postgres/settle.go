@@ -128,3 +128,20 @@ func (l *Ledger) RejectInLedger(ctx context.Context, id int64, reason, host stri
 	return l.call(ctx, fmt.Sprintf("reject proposal %d", id), "SELECT public.dedup_settle_reject($1, $2, $3, $4::jsonb)::text", nil,
 		id, reason, host, vouchedArg(vouched))
 }
+
+// CloseFindingInLedger closes a critical finding through
+// dedup_close_finding, which names the person.
+func (l *Ledger) CloseFindingInLedger(ctx context.Context, id int64, note, host string, vouched *ledger.Vouched) (ledger.CriticalFinding, error) {
+	var actor string
+	if err := l.call(ctx, fmt.Sprintf("close finding %d", id), "SELECT public.dedup_close_finding($1, $2, $3, $4::jsonb)", []any{&actor},
+		id, note, host, vouchedArg(vouched)); err != nil {
+		return ledger.CriticalFinding{}, err
+	}
+	f, err := l.Finding(ctx, id)
+	if err != nil || f == nil {
+		// Closed; only the read back failed (or an operator's role may not
+		// read it): what the caller knows is enough.
+		return ledger.CriticalFinding{ID: id, ClosedBy: actor, Note: note}, nil
+	}
+	return *f, nil
+}

@@ -70,6 +70,11 @@ func (l *Ledger) AddReconcileRun(ctx context.Context, r ledger.ReconcileRun) (in
 			if _, err := l.conn.ExecContext(ctx, ledger.SQL.AddReconcileFinding.SQLite, ledger.ReconcileFindingArgs(id, f)...); err != nil {
 				return err
 			}
+			if f.Class.Critical() {
+				if _, err := l.conn.ExecContext(ctx, ledger.SQL.OpenCriticalFinding.SQLite, ledger.OpenCriticalFindingArgs(id, r, f)...); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	}})
@@ -89,4 +94,74 @@ func (l *Ledger) ReconcileRuns(ctx context.Context, date string, limit int) ([]l
 func (l *Ledger) ReconcileFindings(ctx context.Context, runID int64) ([]ledger.ReconcileFinding, error) {
 	rows, err := l.rdb.QueryContext(ctx, ledger.SQL.ReconcileFindings.SQLite, runID)
 	return ledger.ReadReconcileFindings(rows, err, translate)
+}
+
+// OpenFindings returns the open critical findings, oldest first, and how
+// many are open.
+func (l *Ledger) OpenFindings(ctx context.Context, limit int) ([]ledger.CriticalFinding, int64, error) {
+	var n int64
+	if err := l.rdb.QueryRowContext(ctx, ledger.SQL.CountOpenFindings.SQLite).Scan(&n); err != nil {
+		return nil, 0, fmt.Errorf("count the open findings: %w", translate(err))
+	}
+	rows, err := l.rdb.QueryContext(ctx, ledger.SQL.OpenFindings.SQLite, limit)
+	fs, err := ledger.ReadCriticalFindings(rows, err, translate)
+	return fs, n, err
+}
+
+// Finding returns critical finding id (nil if none).
+func (l *Ledger) Finding(ctx context.Context, id int64) (*ledger.CriticalFinding, error) {
+	rows, err := l.rdb.QueryContext(ctx, ledger.SQL.FindingByID.SQLite, id)
+	fs, err := ledger.ReadCriticalFindings(rows, err, translate)
+	if err != nil || len(fs) == 0 {
+		return nil, err
+	}
+	return &fs[0], nil
+}
+
+// CloseFinding closes open finding id for actor and records its
+// close_finding event, in one write transaction.
+func (l *Ledger) CloseFinding(ctx context.Context, id int64, actor, note string) (ledger.CriticalFinding, error) {
+	var closed ledger.CriticalFinding
+	var verdict error
+	err := l.submit(ctx, &op{run: func(ctx context.Context, s *writeStmts) error {
+		verdict = nil
+		rows, err := l.conn.QueryContext(ctx, ledger.SQL.FindingByID.SQLite, id)
+		fs, err := ledger.ReadCriticalFindings(rows, err, translate)
+		if err != nil {
+			return err
+		}
+		if len(fs) == 0 || !fs[0].Open() {
+			var f *ledger.CriticalFinding
+			if len(fs) > 0 {
+				f = &fs[0]
+			}
+			verdict = ledger.FindingNotClosable(id, f)
+			return nil
+		}
+		closed = fs[0]
+		if _, err := l.conn.ExecContext(ctx, ledger.SQL.CloseFinding.SQLite, actor, note, id); err != nil {
+			return err
+		}
+		var state sql.NullString
+		var attempts sql.NullInt64
+		err = l.conn.QueryRowContext(ctx, "SELECT state, attempts FROM tx WHERE guid=?", closed.GUID).Scan(&state, &attempts)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		var att any
+		if attempts.Valid {
+			att = attempts.Int64
+		}
+		_, err = s.event.ExecContext(ctx, closed.GUID, actor, ledger.ActionCloseFinding, nullable(state.String), nil, nil, att,
+			ledger.FindingClosedDetail(closed, note))
+		return err
+	}})
+	if err != nil {
+		return ledger.CriticalFinding{}, fmt.Errorf("close finding %d: %w", id, err)
+	}
+	if verdict != nil {
+		return ledger.CriticalFinding{}, verdict
+	}
+	closed.ClosedBy, closed.Note = actor, note
+	return closed, nil
 }

@@ -154,7 +154,7 @@ func (l *Ledger) prepareWriteConn(ctx context.Context) error {
 	if !strings.EqualFold(mode, "wal") {
 		return fmt.Errorf("journal mode is %q, not WAL (is the file system local?)", mode)
 	}
-	if _, err := l.conn.ExecContext(ctx, dedup.Schema); err != nil {
+	if err := l.applySchema(ctx); err != nil {
 		return fmt.Errorf("apply schema: %w", translate(err))
 	}
 	// No whole-file check here: opening costs the same on a ledger of ten
@@ -177,6 +177,40 @@ func (l *Ledger) prepareWriteConn(ctx context.Context) error {
 		return fmt.Errorf("busy timeout: %w", err)
 	}
 	return nil
+}
+
+// applySchema applies dedup.Schema. A ledger made by an older version,
+// with reconcile runs but no critical_finding table yet, gains the table
+// and a finding for each GUID and class its kept runs found critical, in
+// the same transaction: none of them was ever closed by a person.
+func (l *Ledger) applySchema(ctx context.Context) error {
+	var tables int
+	if err := l.conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN ('reconcile_finding', 'critical_finding')`).Scan(&tables); err != nil {
+		return err
+	}
+	var hasRuns int
+	if tables == 1 {
+		if err := l.conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name='reconcile_finding'`).Scan(&hasRuns); err != nil {
+			return err
+		}
+	}
+	if hasRuns == 0 {
+		_, err := l.conn.ExecContext(ctx, dedup.Schema)
+		return err
+	}
+	if _, err := l.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	if _, err := l.conn.ExecContext(ctx, dedup.Schema); err != nil {
+		l.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		return err
+	}
+	if _, err := l.conn.ExecContext(ctx, ledger.SQL.BackfillCriticalFindings.SQLite); err != nil {
+		l.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		return fmt.Errorf("open the critical findings of the runs kept: %w", err)
+	}
+	_, err := l.conn.ExecContext(ctx, "COMMIT")
+	return err
 }
 
 func open(path string, opts ledger.Options) (*Ledger, error) {

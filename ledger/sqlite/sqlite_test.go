@@ -651,3 +651,13 @@ func TestScrubStartsAgainAfterAnErrorThatIsNotDamage(t *testing.T) {
 	assert.Equal(t, runs.Load(), int32(3))
 	assert.NilError(t, l.Damaged())
 }
+
+// TestUpgradeOpensTheCriticalFindingsOfTheRunsKept: a ledger of an older
+// version (no critical_finding table) gains its open findings on the first
+// open, once.
+func TestUpgradeOpensTheCriticalFindingsOfTheRunsKept(t *testing.T) {
+	ledgertest.ExerciseUpgrade(t, Backend, func(t *testing.T, db string) {
+		_, err := rawDB(t, db).Exec("DROP TABLE critical_finding")
+		assert.NilError(t, err)
+	})
+}
