@@ -158,3 +158,34 @@ func (f Finding) Critical() bool {
 	}
 	return false
 }
+
+// findingWords are the classes in a person's words (docs/reconcile.md),
+// and what a person does about a finding of each: the console, inspect and
+// the alert's annotation say the same (a test holds them together).
+var findingWords = map[Finding]struct{ words, action string }{
+	FindingAppliedTwice: {"Applied twice",
+		"Ask the core team to reverse the second application, find how it was sent twice (the GUID's events, the relay's log), and close the finding with the reversal's reference."},
+	FindingMismatch: {"Applied, not as requested",
+		"Compare the stored request with the core's record, escalate to the core team and security, and close the finding with their conclusion."},
+	FindingAppliedButFailed: {"Applied, ledger had it failed",
+		"Nothing to change (the row is now DONE/0000): find why it was FAILED (rule 3 broken by a network element, a person or a defect), and close the finding with the cause."},
+	FindingAppliedToldFailure: {"Applied, channel told failed",
+		"Have the channel tell the customer the money moved (and look for a retry under a new GUID), and close the finding with the channel's reference."},
+	FindingToldSuccessUnapplied: {"Told success, never applied",
+		"Confirm with the core team that it was applied on no date, have the channel correct what the customer was told (or the core apply it), and close the finding with that reference."},
+	FindingResolved:        {"Resolved from the journal", "Nothing: resolve would have done the same."},
+	FindingAppliedInFlight: {"Applied, still in flight", "Nothing: the orphan sweep and resolve finish it."},
+	FindingNotInLedger:     {"Not in the ledger", "Nothing for a few (another path to the core, a purged row); many for dedup's own channels mean the relay is bypassed."},
+	FindingMatched:         {"Matched", "Nothing."},
+}
+
+// Words is the class in a person's words.
+func (f Finding) Words() string {
+	if w, ok := findingWords[f]; ok {
+		return w.words
+	}
+	return string(f)
+}
+
+// Action is the one thing a person does about a finding of the class.
+func (f Finding) Action() string { return findingWords[f].action }

@@ -76,6 +76,9 @@ func (f *flags) Validate(kctx *kong.Context) error {
 const memoryLimit = 384 << 20
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == reconcile.CloseCommand {
+		os.Exit(reconcile.CloseMain(os.Args[2:]))
+	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(memoryLimit)
 	}

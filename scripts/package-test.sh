@@ -164,7 +164,20 @@ out=$(echo pw-pkglee | runuser -u pkglee -- sudo -S -p '' -u dedup /usr/bin/insp
 grep -q "approve by settle:pkglee(sudo uid" <<<"$out" || fail "inspect does not show the approver: $out"
 runuser -u dedup -- /usr/bin/settle --db /var/lib/dedup/relay.db list >/dev/null || fail "settle list as the owner"
 ok "inspect through sudo shows the story; settle list works as the owner directly"
-sqlite3 /var/lib/dedup/relay.db "DELETE FROM tx WHERE guid='$g'; DELETE FROM tx_event WHERE guid='$g'"
+fid=$(sqlite3 /var/lib/dedup/relay.db "INSERT INTO critical_finding(guid,class,business_date,first_run,last_run) VALUES('$g','applied_twice','20261202',1,1) RETURNING id")
+set +e; out=$(echo pw-pkgkim | runuser -u pkgkim -- sudo -S -p '' -u dedup /usr/bin/reconcile close --db /var/lib/dedup/relay.db --finding "$fid" --note "package test: REV-1" 2>&1); rc=$?; set -e
+[ $rc -eq 0 ] || fail "pkgkim's reconcile close through sudo exited $rc: $out"
+[ "$(sqlite3 /var/lib/dedup/relay.db "SELECT closed_by FROM critical_finding WHERE id=$fid")" = "settle:pkgkim(sudo uid $(id -u pkgkim))@$(hostname)" ] || fail "the close's person: $(sqlite3 /var/lib/dedup/relay.db "SELECT closed_by FROM critical_finding WHERE id=$fid")"
+[ "$(sqlite3 /var/lib/dedup/relay.db "SELECT count(*) FROM tx_event WHERE guid='$g' AND action='close_finding'")" = 1 ] || fail "no close_finding event"
+set +e; out=$(echo pw-pkglee | runuser -u pkglee -- sudo -S -p '' -u dedup /usr/bin/reconcile close --db /var/lib/dedup/relay.db --finding "$fid" --note again 2>&1); rc=$?; set -e
+[ $rc -eq 1 ] || fail "closing a closed finding exited $rc: $out"
+printf 'guid,ref,from,to,amount,balance,processed_at\n' >"$work/journal.csv"
+chmod 0644 "$work/journal.csv"
+set +e; out=$(echo pw-pkgkim | runuser -u pkgkim -- sudo -S -p '' -u dedup /usr/bin/reconcile --db /var/lib/dedup/relay.db --journal "$work/journal.csv" --date 20261201 2>&1); rc=$?; set -e
+[ $rc -ne 0 ] || fail "sudo let an operator run a reconciliation as dedup: $out"
+[ "$(sqlite3 /var/lib/dedup/relay.db "SELECT count(*) FROM reconcile_run")" = 0 ] || fail "a reconciliation run was kept"
+ok "pkgkim closed a finding through sudo (one person, an event); a closed one is refused; a reconcile run through sudo is refused"
+sqlite3 /var/lib/dedup/relay.db "DELETE FROM tx WHERE guid='$g'; DELETE FROM tx_event WHERE guid='$g'; DELETE FROM critical_finding WHERE id=$fid"
 
 if [ -d /run/systemd/system ]; then
   systemctl start dedup-resolve.service || fail "systemctl start dedup-resolve"

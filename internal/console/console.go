@@ -85,10 +85,10 @@ type Server struct {
 	key   []byte // the CSRF tokens' key, made at start
 	pages map[string]*template.Template
 	limit *limiter
-	m     metrics
+	m     consoleMetrics
 }
 
-type metrics struct {
+type consoleMetrics struct {
 	requests *prometheus.CounterVec
 	actions  *prometheus.CounterVec
 	refused  *prometheus.CounterVec
@@ -121,11 +121,11 @@ func New(l ledger.Ledger, opts Options) (*Server, error) {
 		}
 		s.pages[p] = t
 	}
-	s.m = metrics{
+	s.m = consoleMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_console_requests_total",
 			Help: "Console requests answered, by HTTP status code."}, []string{"code"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_console_actions_total",
-			Help: "Console actions (propose, approve, reject) by outcome: done, refused."}, []string{"action", "outcome"}),
+			Help: "Console actions (propose, approve, reject, close_finding) by outcome: done, refused."}, []string{"action", "outcome"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_console_requests_refused_total",
 			Help: "Console requests refused before any page: no operator certificate, a viewer's action, a bad token, too many requests."}, []string{"reason"}),
 	}
@@ -157,6 +157,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /proposals", s.page(s.proposals))
 	mux.HandleFunc("GET /audit", s.page(s.audit))
 	mux.HandleFunc("GET /reconcile", s.page(s.reconcile))
+	mux.HandleFunc("POST /findings/{id}/close", s.action("close_finding", s.closeFinding))
 	return s.secure(mux)
 }
 

@@ -356,12 +356,12 @@ FROM generate_series(1, ?::int) AS i`
 			}
 			code, body := d.get(t, "vic", "/")
 			assert.Equal(t, code, 200)
-			card := regexp.MustCompile(`<div class="state">(\w+)</div><div class="n">([^<]*)</div>`)
+			card := regexp.MustCompile(`<span class="badge st-(\w+)">\w+</span><div class="n">([^<]*)</div>`)
 			shown := map[string]string{}
 			for _, m := range card.FindAllStringSubmatch(body, -1) {
 				shown[m[1]] = m[2]
 			}
-			assert.Check(t, is.Equal(shown["DONE"], fmt.Sprintf("&ge; %d", countLimit)), "the DONE card: %v", shown)
+			assert.Check(t, is.Equal(shown["DONE"], "&ge; "+won(countLimit)), "the DONE card: %v", shown)
 			assert.Check(t, is.Equal(shown["UNKNOWN"], "3"), "the UNKNOWN card: %v", shown)
 		})
 	}
@@ -391,14 +391,15 @@ func TestReconciliationPageShowsRunsAndLinksEachFinding(t *testing.T) {
 			assert.NilError(t, err)
 			code, body = d.get(t, "vic", "/reconcile")
 			assert.Equal(t, code, 200)
-			assert.Check(t, strings.Contains(body, fmt.Sprintf(`<a href="/reconcile?run=%d">`, id)))
-			assert.Check(t, strings.Contains(body, "<td>20261201</td>"))
+			assert.Check(t, strings.Contains(body, fmt.Sprintf(`<a href="/reconcile?run=%d#findings">`, id)))
+			assert.Check(t, strings.Contains(body, `<td class="t">20261201</td>`))
 			for _, g := range []string{twice, unapplied, resolved} {
 				assert.Check(t, strings.Contains(body, `<a href="/tx/`+g+`">`), "finding %s does not link to its transfer", g)
 			}
 			assert.Check(t, strings.Index(body, twice) < strings.Index(body, resolved), "a critical finding is not listed first")
-			assert.Check(t, strings.Contains(body, "C1, C2"))
-			assert.Check(t, strings.Contains(body, "resolved DONE/0000"))
+			assert.Check(t, strings.Contains(body, "<code>C1</code>, <code>C2</code>"))
+			assert.Check(t, strings.Contains(body, "Resolved DONE/0000 by reconcile."))
+			assert.Check(t, strings.Contains(body, `<td class="num">1,500,000</td>`), "the control total without thousands separators")
 			// The finding's transfer page is where a person proposes.
 			code, body = d.get(t, "kim", "/tx/"+twice)
 			assert.Equal(t, code, 200)

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -18,6 +16,7 @@ import (
 
 	"dedup"
 	"dedup/internal/inspect"
+	"dedup/internal/metrics"
 	"dedup/internal/settle"
 	"dedup/ledger"
 	"dedup/lhstd"
@@ -38,7 +37,51 @@ var funcs = template.FuncMap{
 	"secs": func(d time.Duration) int64 {
 		return int64(d / time.Second)
 	},
-	"add": func(a, b int) int { return a + b },
+	"add":     func(a, b int) int { return a + b },
+	"seconds": func(n int64) time.Duration { return time.Duration(n) * time.Second },
+	"won":     won,
+	"words":   func(class string) string { return dedup.Finding(class).Words() },
+	"action": func(class string) string {
+		return dedup.Finding(class).Action()
+	},
+}
+
+// won is an amount with thousands separators, as a person reads it
+// (99,000,000); the CLIs print plain digits for scripts.
+func won(v any) string {
+	var n int64
+	switch x := v.(type) {
+	case int64:
+		n = x
+	case int:
+		n = int64(x)
+	case *int64:
+		if x == nil {
+			return ""
+		}
+		n = *x
+	case string:
+		p, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return x
+		}
+		n = p
+	default:
+		return fmt.Sprint(v)
+	}
+	sign := ""
+	if n < 0 {
+		sign, n = "-", -n
+	}
+	digits := strconv.FormatInt(n, 10)
+	var b strings.Builder
+	for i, c := range digits {
+		if i > 0 && (len(digits)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return sign + b.String()
 }
 
 // fmtAge is a duration as a person reads it.
@@ -93,14 +136,31 @@ type bar struct {
 	X, H   int
 	Y      int
 	Capped bool
+	// Late is how late the bar's rows are against the alert rules: ok
+	// (younger than the in-flight threshold), near (some may be past a
+	// threshold), late (every row past the UNKNOWN threshold).
+	Late string
 }
 
 // ageBuckets are the chart's bars: transfers in doubt by age.
 var ageBuckets = []struct {
-	label string
-	upTo  time.Duration
-}{{"< 1 min", time.Minute}, {"1-5 min", 5 * time.Minute}, {"5-30 min", 30 * time.Minute},
-	{"30 min-2 h", 2 * time.Hour}, {"2-24 h", 24 * time.Hour}, {"> 1 day", 1 << 62}}
+	label      string
+	from, upTo time.Duration
+}{{"< 1 min", 0, time.Minute}, {"1-5 min", time.Minute, 5 * time.Minute}, {"5-15 min", 5 * time.Minute, 15 * time.Minute},
+	{"15 min-2 h", 15 * time.Minute, 2 * time.Hour}, {"2-24 h", 2 * time.Hour, 24 * time.Hour}, {"> 1 day", 24 * time.Hour, 1 << 62}}
+
+// lateness is how late a bucket's rows are: late once every row in it is
+// past the UNKNOWN threshold, near once some may be past the in-flight
+// one, ok otherwise.
+func lateness(from, upTo time.Duration) string {
+	switch {
+	case from >= unknownTooOld.After:
+		return "late"
+	case upTo > inFlightTooOld.After:
+		return "near"
+	}
+	return "ok"
+}
 
 // chartRows bounds the rows the chart reads per state.
 const chartRows = 2000
@@ -145,66 +205,27 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request, o operator) {
 	bars := make([]bar, len(counts))
 	for i, c := range counts {
 		h := c * 120 / most
-		bars[i] = bar{Label: ageBuckets[i].label, Count: c, X: 10 + i*95, H: h, Y: 140 - h}
+		bars[i] = bar{Label: ageBuckets[i].label, Count: c, X: 10 + i*95, H: h, Y: 140 - h, Late: lateness(ageBuckets[i].from, ageBuckets[i].upTo)}
 	}
 	open, err := settle.List(ctx, s.l)
 	if err != nil {
 		s.ledgerTrouble(w, r, o, err)
 		return
 	}
-	var unknownOldest time.Duration
-	for _, st := range stats {
-		if st.State == dedup.StateUnknown {
-			unknownOldest = st.Oldest
-		}
+	skew := s.ledgerSkew(ctx)
+	skewText := "unknown (the ledger's clock could not be read)"
+	if skew != nil {
+		skewText = fmt.Sprintf("%+.3f s", skew.Seconds())
 	}
-	skew := "unknown"
-	if now, err := s.l.Now(ctx); err == nil {
-		skew = fmt.Sprintf("%+.3f s", now.Sub(s.opts.Now()).Seconds())
+	jobs := s.readJobs()
+	items, err := s.attention(ctx, skew, open, jobs)
+	if err != nil {
+		s.ledgerTrouble(w, r, o, err)
+		return
 	}
-	s.render(w, "overview", &o, map[string]any{"Stats": stats, "Bars": bars, "Capped": capped, "ChartRows": chartRows,
-		"UnknownOldest": unknownOldest, "Open": open, "Skew": skew, "Jobs": s.jobRuns()})
-}
-
-// jobRun is a job's last run as its textfile says.
-type jobRun struct {
-	Job     string
-	Success string
-	Ago     time.Duration
-}
-
-// jobRuns reads the jobs' textfiles (dedup_*.prom) for their last success.
-func (s *Server) jobRuns() []jobRun {
-	if s.opts.TextfileDir == "" {
-		return nil
-	}
-	files, _ := filepath.Glob(filepath.Join(s.opts.TextfileDir, "dedup_*.prom"))
-	var out []jobRun
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			line := sc.Text()
-			if !strings.HasPrefix(line, "dedup_job_last_success_timestamp_seconds{") {
-				continue
-			}
-			job := line[strings.Index(line, `job="`)+5:]
-			job = job[:max(strings.Index(job, `"`), 0)]
-			fields := strings.Fields(line)
-			v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-			if err != nil || v <= 0 {
-				continue
-			}
-			at := time.Unix(int64(v), 0)
-			out = append(out, jobRun{Job: job, Success: at.UTC().Format("2006-01-02 15:04:05"), Ago: s.opts.Now().Sub(at)})
-		}
-		fh.Close()
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Job < out[j].Job })
-	return out
+	s.render(w, "overview", &o, map[string]any{"Attention": items, "Stats": stats, "Bars": bars, "Capped": capped, "ChartRows": chartRows,
+		"Open": open, "Skew": skewText, "SkewAlert": fmtSpan(ledgerClockSkew.After), "Jobs": jobs,
+		"UnknownAfter": fmtSpan(unknownTooOld.After), "InFlightAfter": fmtSpan(inFlightTooOld.After)})
 }
 
 // doubtRow is one transfer in the in-doubt list.
@@ -563,13 +584,18 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request, o operator) {
 		"Until": untilText(until), "CSV": "/audit?" + v.Encode() + "&format=csv", "JSON": "/audit?" + v.Encode() + "&format=json"})
 }
 
-// reconcile shows the last reconciliations against the core's journal, and
-// one run's findings (?run=ID, default the newest): the critical ones
-// first, each linking to its transfer's page, where a person proposes a
-// decision with four eyes.
+// reconcile shows the open critical findings of every run first, each
+// with the one action that fits its class and, for an operator, a form to
+// close it; then the last reconciliations against the core's journal, and
+// one run's findings (?run=ID, default the newest), critical ones first.
 func (s *Server) reconcile(w http.ResponseWriter, r *http.Request, o operator) {
 	ctx, cancel := ctxOf(r)
 	defer cancel()
+	openFs, total, err := s.openFindings(ctx)
+	if err != nil {
+		s.ledgerTrouble(w, r, o, err)
+		return
+	}
 	runs, err := s.l.ReconcileRuns(ctx, "", 30)
 	if err != nil {
 		s.ledgerTrouble(w, r, o, err)
@@ -595,5 +621,61 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request, o operator) {
 		}
 		run.Findings = inspect.Findings(fs)
 	}
-	s.render(w, "reconcile", &o, map[string]any{"Runs": shown, "Run": run, "Classes": dedup.Findings})
+	var critical, rest []dedup.Finding
+	for _, c := range dedup.Findings {
+		if c.Critical() {
+			critical = append(critical, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	s.render(w, "reconcile", &o, map[string]any{"OpenFindings": inspect.OpenFindings(openFs), "OpenTotal": total,
+		"Runs": shown, "Run": run, "Critical": critical, "Rest": rest})
 }
+
+// closeFinding closes an open critical finding for the operator, with
+// their note: one person suffices (closing changes no money and no row),
+// and the desk records the close as an event on the transfer.
+func (s *Server) closeFinding(w http.ResponseWriter, r *http.Request, o operator) error {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return fmt.Errorf("%w: %q is not a finding's id", settle.ErrUsage, r.PathValue("id"))
+	}
+	note := strings.TrimSpace(r.PostForm.Get("note"))
+	ctx, cancel := ctxOf(r)
+	defer cancel()
+	f, err := s.desk.CloseFinding(ctx, id, o.Person, note)
+	if err != nil {
+		return err
+	}
+	s.opts.Log.Info("console: finding closed", "who", o.Actor(), "finding", id, "guid", f.GUID, "class", f.Class, "note", note)
+	s.updateOpenCritical(ctx)
+	http.Redirect(w, r, "/reconcile#open", http.StatusSeeOther)
+	return nil
+}
+
+// updateOpenCritical sets reconcile's textfile's count of open critical
+// findings, so that the page alert clears once the last one is closed
+// rather than at the next run. A textfile the console cannot write (or
+// none yet) is left for the next run, and said so in the log.
+func (s *Server) updateOpenCritical(ctx context.Context) {
+	if s.opts.TextfileDir == "" {
+		return
+	}
+	path := filepath.Join(s.opts.TextfileDir, reconcileTextfile)
+	_, open, err := s.l.OpenFindings(ctx, 0)
+	if err == nil {
+		var ok bool
+		ok, err = metrics.SetSeries(path, metrics.OpenCriticalSeries, strconv.FormatInt(open, 10))
+		if err == nil && !ok {
+			err = fmt.Errorf("it has no %s series yet", metrics.OpenCriticalSeries)
+		}
+	}
+	if err != nil {
+		s.opts.Log.Warn("console: reconcile's textfile was not updated: the page alert follows at reconcile's next run", "textfile", path, "err", err)
+	}
+}
+
+// reconcileTextfile is the name of reconcile's textfile as the package's
+// timer writes it.
+const reconcileTextfile = "dedup_reconcile.prom"

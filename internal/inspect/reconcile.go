@@ -36,6 +36,66 @@ type Finding struct {
 	Resolved bool     `json:"resolved"`
 }
 
+// OpenFinding is an open critical finding as inspect and the console show
+// it: a critical finding of any run that no person has closed yet.
+type OpenFinding struct {
+	ID       int64  `json:"finding"`
+	GUID     string `json:"guid"`
+	Class    string `json:"class"`
+	Words    string `json:"words"`
+	Action   string `json:"action"`
+	Date     string `json:"date"`
+	Runs     int64  `json:"runs"`
+	LastRun  int64  `json:"last_run"`
+	Amount   int64  `json:"amount"`
+	OpenedAt string `json:"opened_at"`
+	AgeS     int64  `json:"age_s"`
+}
+
+// maxOpenShown bounds the open findings listed; the count is always whole.
+const maxOpenShown = 1000
+
+// OpenFindings converts the ledger's open critical findings.
+func OpenFindings(fs []ledger.CriticalFinding) []OpenFinding {
+	out := make([]OpenFinding, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, OpenFinding{ID: f.ID, GUID: f.GUID, Class: string(f.Class), Words: f.Class.Words(), Action: f.Class.Action(),
+			Date: f.Date, Runs: f.Runs, LastRun: f.LastRun, Amount: f.Amount, OpenedAt: f.OpenedAt, AgeS: int64(f.Age.Seconds())})
+	}
+	return out
+}
+
+// WriteOpenText writes the open critical findings, oldest first, and how
+// many are open in all.
+func WriteOpenText(w io.Writer, open []OpenFinding, total int64) error {
+	bw := bufio.NewWriter(w)
+	if total == 0 {
+		fmt.Fprintln(bw, "no open critical finding")
+	}
+	for _, f := range open {
+		fmt.Fprintf(bw, "open finding %d: %s %s date=%s runs=%d amount=%d opened %s UTC\n", f.ID, f.Class, esc(f.GUID), esc(f.Date), f.Runs, f.Amount, esc(f.OpenedAt))
+	}
+	if total > int64(len(open)) {
+		fmt.Fprintf(bw, "and %d more open findings\n", total-int64(len(open)))
+	}
+	if total > 0 {
+		fmt.Fprintf(bw, "%d open critical findings: each stays open until a person closes it (reconcile close --finding ID --note TEXT)\n", total)
+	}
+	return bw.Flush()
+}
+
+// WriteOpenJSON writes one JSON object per open critical finding, one per
+// line (each has "finding", its id; a run's object has "id").
+func WriteOpenJSON(w io.Writer, open []OpenFinding) error {
+	enc := json.NewEncoder(w)
+	for _, f := range open {
+		if err := enc.Encode(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Runs converts the ledger's runs.
 func Runs(rs []ledger.ReconcileRun) []Run {
 	out := make([]Run, 0, len(rs))

@@ -39,7 +39,7 @@ type Flags struct {
 	Since     string      `name:"since" placeholder:"TIME" help:"With --events: from this time (UTC, YYYY-MM-DD or YYYY-MM-DDThh:mm:ss), included."`
 	Until     string      `name:"until" placeholder:"TIME" help:"With --events: up to this time, excluded (default: now)."`
 	Format    string      `name:"format" enum:"text,json,csv" default:"text" help:"text, json (one object per line), or csv (--events only)."`
-	Reconcile bool        `name:"reconcile" help:"The last reconciliations against the core's journal (--limit of them), newest first; with --date, that date's last run and its findings."`
+	Reconcile bool        `name:"reconcile" help:"The open critical findings of every run first, then the last reconciliations against the core's journal (--limit of them), newest first; with --date, that date's last run and its findings."`
 	Date      string      `name:"date" placeholder:"YYYYMMDD" help:"With --reconcile: the business date whose last run to show with its findings."`
 	Check     bool        `name:"check" help:"Check the whole ledger file's structure (SQLite PRAGMA quick_check: reads every page; run daily by dedup-check.timer). Exit 1 if damaged."`
 	job.JobFlags
@@ -206,6 +206,19 @@ func (v view) reconciliations(ctx context.Context) (int, error) {
 	}
 	if f.Date != "" && len(runs) > 1 {
 		runs = runs[:1]
+	}
+	openFs, total, err := v.l.OpenFindings(ctx, maxOpenShown)
+	if err != nil {
+		return 0, err
+	}
+	open := OpenFindings(openFs)
+	if f.Format == "json" {
+		err = WriteOpenJSON(v.out, open)
+	} else {
+		err = WriteOpenText(v.out, open, total)
+	}
+	if err != nil {
+		return 0, written(err)
 	}
 	out := Runs(runs)
 	if f.Date != "" && len(out) == 1 {

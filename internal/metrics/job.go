@@ -73,12 +73,18 @@ func WriteJobTextfile(path, job string, start time.Time, took time.Duration, ok 
 		}
 	}
 	b.WriteString(extra)
+	return replaceTextfile(path, b.String())
+}
+
+// replaceTextfile writes text to path atomically: a temporary file in the
+// same directory, readable by node_exporter, then rename.
+func replaceTextfile(path, text string) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(b.String()); err != nil {
+	if _, err := tmp.WriteString(text); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -122,6 +128,34 @@ func KeptSeries(path string) string {
 		b.WriteString(line + "\n")
 	}
 	return b.String()
+}
+
+// OpenCriticalSeries is reconcile's count of the critical findings open in
+// the ledger, on which the page alert fires (docs/reconcile.md "Open
+// findings"): reconcile writes it, and a close by a person sets it anew.
+const OpenCriticalSeries = "dedup_reconcile_open_critical"
+
+// SetSeries sets the value of series (a name with its labels, if any) in
+// the existing textfile at path, atomically, and leaves every other line
+// as it is: how a person's action between two runs of a job (a finding
+// closed) reaches the job's alert without waiting for its next run. A
+// file without the series is left alone (ok false).
+func SetSeries(path, series, value string) (ok bool, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	for i, line := range lines {
+		if strings.HasPrefix(line, series+" ") {
+			lines[i] = series + " " + value + "\n"
+			ok = true
+		}
+	}
+	if !ok {
+		return false, nil
+	}
+	return true, replaceTextfile(path, strings.Join(lines, ""))
 }
 
 // previousValue returns the value of series in the textfile at path, or "".

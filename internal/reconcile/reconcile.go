@@ -32,6 +32,7 @@ import (
 
 	"dedup"
 	"dedup/internal/job"
+	"dedup/internal/metrics"
 	"dedup/ledger"
 	"dedup/lhstd"
 )
@@ -66,6 +67,9 @@ type Summary struct {
 	DryRun       bool
 	WouldResolve int64
 	RunID        int64 // the kept run's id; 0 for a dry run
+	// OpenCritical counts the critical findings open in the ledger after
+	// the run, this run's and earlier runs' (-1: not known, a dry run).
+	OpenCritical int64
 }
 
 // String is the summary line reconcile prints last.
@@ -119,6 +123,10 @@ func (s Summary) Textfile() string {
 	}
 	b.WriteString("# HELP dedup_reconcile_journal_lines Lines of the core's journal in the last reconciliation.\n# TYPE dedup_reconcile_journal_lines gauge\n")
 	fmt.Fprintf(&b, "dedup_reconcile_journal_lines %d\n", s.Lines)
+	if s.OpenCritical >= 0 {
+		b.WriteString("# HELP " + metrics.OpenCriticalSeries + " Critical findings open in the ledger after the last reconciliation, of every run: each stays open until a person closes it.\n# TYPE " + metrics.OpenCriticalSeries + " gauge\n")
+		fmt.Fprintf(&b, "%s %d\n", metrics.OpenCriticalSeries, s.OpenCritical)
+	}
 	return b.String()
 }
 
@@ -167,7 +175,7 @@ type run struct {
 // source that ended early). The summary so far comes with any error.
 func Run(ctx context.Context, l ledger.Ledger, cfg Config) (Summary, error) {
 	r := &run{Config: cfg, l: l, keys: newKeyer(),
-		sum: Summary{Date: cfg.Date, DryRun: cfg.DryRun, Counts: map[dedup.Finding]int64{}}}
+		sum: Summary{Date: cfg.Date, DryRun: cfg.DryRun, Counts: map[dedup.Finding]int64{}, OpenCritical: -1}}
 	for _, c := range dedup.Findings {
 		r.sum.Counts[c] = 0
 	}
@@ -207,6 +215,15 @@ func Run(ctx context.Context, l ledger.Ledger, cfg Config) (Summary, error) {
 		}
 		r.sum.RunID = id
 		cfg.Log.Info("reconcile: run kept in the ledger", "date", cfg.Date, "run", id, "findings_kept", len(ledgerRun.Findings))
+		_, open, err := l.OpenFindings(ctx, 0)
+		if err != nil {
+			return r.sum, err
+		}
+		r.sum.OpenCritical = open
+		if open > 0 {
+			cfg.Log.Warn("reconcile: critical findings stay open until a person closes each (inspect --reconcile lists them; reconcile close --finding ID --note TEXT)",
+				"open_critical", open)
+		}
 	}
 	return r.sum, nil
 }

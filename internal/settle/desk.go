@@ -3,6 +3,7 @@ package settle
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"dedup/ledger"
 )
@@ -22,6 +23,10 @@ type Desk interface {
 	Approve(ctx context.Context, id int64, who Person, reason string) (Approved, error)
 	// Reject closes proposal id for who, another person than its proposer.
 	Reject(ctx context.Context, id int64, who Person, reason string) error
+	// CloseFinding closes reconcile's open critical finding id for who,
+	// with a note saying what was done: one person suffices (closing
+	// changes no money and no row), but an authenticated one.
+	CloseFinding(ctx context.Context, id int64, who Person, note string) (ledger.CriticalFinding, error)
 }
 
 // DeskFor returns l's Desk.
@@ -79,4 +84,22 @@ func (d dbDesk) Reject(ctx context.Context, id int64, who Person, reason string)
 	}
 	host, sudo := d.args(who)
 	return d.d.RejectInLedger(ctx, id, reason, host, sudo)
+}
+
+func (d dbDesk) CloseFinding(ctx context.Context, id int64, who Person, note string) (ledger.CriticalFinding, error) {
+	if strings.TrimSpace(note) == "" {
+		return ledger.CriticalFinding{}, fmt.Errorf("%w: a note saying what was done is required", ErrUsage)
+	}
+	host, vouched := d.args(who)
+	return d.d.CloseFindingInLedger(ctx, id, note, host, vouched)
+}
+
+func (d goDesk) CloseFinding(ctx context.Context, id int64, who Person, note string) (ledger.CriticalFinding, error) {
+	if strings.TrimSpace(note) == "" {
+		return ledger.CriticalFinding{}, fmt.Errorf("%w: a note saying what was done is required", ErrUsage)
+	}
+	if err := who.authenticated(); err != nil {
+		return ledger.CriticalFinding{}, err
+	}
+	return d.l.CloseFinding(ctx, id, who.Actor(), note)
 }

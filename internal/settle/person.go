@@ -190,8 +190,8 @@ func FromSudo(s Sudo) (Person, error) {
 // decision is taken only when this process runs as the file's owner (the
 // dedup account) and was started by sudo for another account, the person
 // (FromSudo); run any other way, the one line of the refusal says how to
-// run it.
-func OnHost(path string, s Sudo) (Person, error) {
+// run command ("settle", "reconcile close").
+func OnHost(command, path string, s Sudo) (Person, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return Person{}, fmt.Errorf("%w: ledger %s: %v", ErrRefused, path, err)
@@ -201,7 +201,7 @@ func OnHost(path string, s Sudo) (Person, error) {
 	if u, err := user.LookupId(name); err == nil {
 		name = u.Username
 	}
-	how := fmt.Sprintf("run it from your own account as: sudo -u %s settle --db %s ...", name, path)
+	how := fmt.Sprintf("run it from your own account as: sudo -u %s %s --db %s ...", name, command, path)
 	if s.EUID != owner {
 		return Person{}, fmt.Errorf("%w: a decision is taken as the ledger's owner %s, through sudo, by an operator's own account (this process runs as uid %d): %s",
 			ErrRefused, name, s.EUID, how)
@@ -211,4 +211,19 @@ func OnHost(path string, s Sudo) (Person, error) {
 		return Person{}, fmt.Errorf("%w: %s", err, how)
 	}
 	return p, nil
+}
+
+// WhoDecides is the person deciding about ledger db with command, found
+// before the ledger is opened: on SQLite the person sudo authenticated on
+// this host (OnHost), or a refusal; on PostgreSQL the person sudo
+// authenticated, if any, and otherwise nobody yet: the database names the
+// session's role (dedup_settle_person).
+func WhoDecides(command, db string, postgres bool) (Person, error) {
+	if !postgres {
+		return OnHost(command, db, SudoOf())
+	}
+	if who, err := FromSudo(SudoOf()); err == nil {
+		return who, nil
+	}
+	return Person{Host: Hostname()}, nil
 }

@@ -68,11 +68,11 @@ func TestFromSudoNeedsSudoAsTheParent(t *testing.T) {
 func TestOnHostNeedsTheLedgersOwner(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
 	assert.NilError(t, os.WriteFile(path, nil, 0o600))
-	_, err := OnHost(path, Sudo{UID: os.Getuid() + 1, EUID: os.Getuid() + 1, PPID: 1, SudoUID: "1", Proc: "/proc"})
+	_, err := OnHost("settle", path, Sudo{UID: os.Getuid() + 1, EUID: os.Getuid() + 1, PPID: 1, SudoUID: "1", Proc: "/proc"})
 	assert.Check(t, errors.Is(err, ErrRefused))
 	assert.Check(t, is.ErrorContains(err, "sudo -u "))
 	assert.Check(t, is.ErrorContains(err, "settle --db "+path))
-	_, err = OnHost(path, Sudo{UID: os.Getuid(), EUID: os.Getuid(), PPID: os.Getppid(), Proc: "/proc"})
+	_, err = OnHost("settle", path, Sudo{UID: os.Getuid(), EUID: os.Getuid(), PPID: os.Getppid(), Proc: "/proc"})
 	assert.Check(t, errors.Is(err, ErrNotSudo), "%v", err)
 	assert.Check(t, is.ErrorContains(err, "sudo -u "))
 }

@@ -119,23 +119,17 @@ func run(verb string, f *flags, log *slog.Logger) (int, []metrics.JobCount) {
 	// creates a ledger (run through sudo, it must not make files as the
 	// owner where an operator says).
 	decides := verb != "list"
-	var who Person
-	if !backend.IsPostgresURL(f.DB) {
+	postgres := backend.IsPostgresURL(f.DB)
+	if !postgres {
 		if err := f.CheckExists(); err != nil {
 			return fail(err), nil
 		}
-		if decides {
-			var err error
-			if who, err = OnHost(f.DB, SudoOf()); err != nil {
-				return fail(err), refusedCount(verb)
-			}
-		}
-	} else if decides {
-		// PostgreSQL decides who the person is (session_user), and takes
-		// sudo's word only from a session of the schema's owner.
+	}
+	var who Person
+	if decides {
 		var err error
-		if who, err = FromSudo(SudoOf()); err != nil {
-			who = Person{Host: Hostname()}
+		if who, err = WhoDecides("settle", f.DB, postgres); err != nil {
+			return fail(err), refusedCount(verb)
 		}
 	}
 	l, err := f.LedgerFlags.Open(f.LedgerFlags.Options(log.Warn, ledger.Actor("settle")), log)
