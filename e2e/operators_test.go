@@ -90,7 +90,7 @@ func operators(t *testing.T) {
 			return
 		}
 		rule := strings.NewReplacer("%dedup-operators", "%"+operatorsGroup, "(dedup)", "("+ledgerOwner+")",
-			"/usr/bin/settle", bin("settle"), "/usr/bin/inspect", bin("inspect")).Replace(string(shipped))
+			"/usr/bin/settle", bin("settle"), "/usr/bin/inspect", bin("inspect"), "/usr/bin/reconcile", bin("reconcile")).Replace(string(shipped))
 		o.sudoers = fmt.Sprintf("/etc/sudoers.d/dedup-e2e-%d", os.Getpid())
 		if err := os.WriteFile(o.sudoers+".new", []byte(rule), 0o440); err != nil {
 			o.err = err
@@ -151,8 +151,21 @@ func settleAs(t *testing.T, db, who string, args ...string) *icmd.Result {
 // command line (SUDO_USER=..., to prove it changes nothing).
 func settleCmd(t *testing.T, db, who string, env []string, args ...string) *icmd.Result {
 	t.Helper()
+	return operatorCmd(t, db, who, env, append([]string{bin("settle"), "--db", db}, args...))
+}
+
+// closeFindingAs runs `reconcile close` as operator who, as settleAs runs
+// settle.
+func closeFindingAs(t *testing.T, db, who string, args ...string) *icmd.Result {
+	t.Helper()
+	return operatorCmd(t, db, who, nil, append([]string{bin("reconcile"), "close", "--db", db}, args...))
+}
+
+// operatorCmd runs argv as operator who (settleAs says how).
+func operatorCmd(t *testing.T, db, who string, env []string, argv []string) *icmd.Result {
+	t.Helper()
 	ownLedger(t, db)
-	argv := append([]string{bin("settle"), "--db", db}, args...)
+	args := argv[1:]
 	var cmd icmd.Cmd
 	switch who {
 	case "":
@@ -166,6 +179,6 @@ func settleCmd(t *testing.T, db, who string, env []string, args ...string) *icmd
 		cmd.Stdin = strings.NewReader("pw-" + who + "\n")
 	}
 	res := icmd.RunCmd(cmd, icmd.WithTimeout(60*time.Second))
-	t.Logf("settle (as %q) %v: exit %d\nstdout: %s\nstderr: %s", who, args, res.ExitCode, res.Stdout(), res.Stderr())
+	t.Logf("%s (as %q) %v: exit %d\nstdout: %s\nstderr: %s", filepath.Base(argv[0]), who, args, res.ExitCode, res.Stdout(), res.Stderr())
 	return res
 }

@@ -116,8 +116,8 @@ func (s *Server) attention(ctx context.Context, skew *time.Duration, open []sett
 		f := findings[0]
 		items = append(items, item{ID: "att-findings", Severity: openCritical.Severity, Alert: openCritical.Alert,
 			Title: fmt.Sprintf("%d critical reconciliation %s open", total, plural(int(total), "finding", "findings")),
-			Detail: fmt.Sprintf("The oldest: %s, %s of %s, open for %s. Each stays open until a person deals with it and closes it with a note.",
-				f.Class.Words(), f.GUID, f.Date, fmtAge(f.Age)),
+			Detail: fmt.Sprintf("The oldest, %s of %s: %s, open for %s. Each stays open until a person deals with it and closes it with a note.",
+				f.GUID, f.Date, strings.ToLower(f.Class.Words()[:1])+f.Class.Words()[1:], fmtAge(f.Age)),
 			Act: "Open the findings", Href: "/reconcile#open"})
 	}
 	if skew != nil && (*skew > ledgerClockSkew.After || *skew < -ledgerClockSkew.After) {

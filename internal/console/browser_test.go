@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +17,34 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 )
+
+// requireBrowser fails the test where no browser test can run.
+func requireBrowser(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/usr/bin/chromium"); err != nil {
+		t.Fatal("Debian's chromium is not installed (scripts/setup.sh installs it with libnss3-tools)")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("the browser test writes Chromium's managed policy (/etc/chromium/policies): run it as root (CI does)")
+	}
+}
+
+// policies numbers the policy files of this process.
+var policies atomic.Int64
+
+// allowCertificates lets the browsers present their certificate to this
+// desk's console without a prompt: a managed policy file of its own,
+// removed at the end (removeStalePolicies removes those of killed runs).
+func (d *desk) allowCertificates(t *testing.T) {
+	t.Helper()
+	policyDir := "/etc/chromium/policies/managed"
+	assert.NilError(t, os.MkdirAll(policyDir, 0o755))
+	removeStalePolicies(t, policyDir)
+	policy := filepath.Join(policyDir, fmt.Sprintf("dedup-console-test-%d-%d.json", os.Getpid(), policies.Add(1)))
+	rule := fmt.Sprintf(`{"pattern":%q,"filter":{}}`, d.url)
+	assert.NilError(t, os.WriteFile(policy, []byte(fmt.Sprintf(`{"AutoSelectCertificateForUrls":[%q]}`, rule)), 0o644))
+	t.Cleanup(func() { os.Remove(policy) })
+}
 
 // browser is a headless Chromium (Debian's) with one operator's
 // certificate in its NSS database and the console's CA trusted, chosen
@@ -79,6 +108,11 @@ func shoot(t *testing.T, ctx context.Context, name string) string {
 	assert.NilError(t, err)
 	path := filepath.Join(t.ArtifactDir(), name+".png")
 	assert.NilError(t, os.WriteFile(path, png, 0o644))
+	// DEDUP_DOCS_IMG=DIR also keeps it there: how docs/img is made
+	// (docs/cli.md, "console").
+	if dir := os.Getenv("DEDUP_DOCS_IMG"); dir != "" && !strings.Contains(t.Name(), "postgres") {
+		assert.NilError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
+	}
 	return path
 }
 
@@ -88,25 +122,14 @@ func shoot(t *testing.T, ctx context.Context, name string) string {
 // browser of her own with her own certificate, approves; the transfer's
 // page then shows FAILED/E902 and both events; the audit CSV downloads.
 func TestManualSettlementInTwoBrowsers(t *testing.T) {
-	if _, err := os.Stat("/usr/bin/chromium"); err != nil {
-		t.Fatal("Debian's chromium is not installed (scripts/setup.sh installs it with libnss3-tools)")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("the browser test writes Chromium's managed policy (/etc/chromium/policies): run it as root (CI does)")
-	}
+	requireBrowser(t)
 	d := newDesk(t, ledgers[0].open)
 	g := newGUID()
 	d.insertUnknown(t, g)
 	for i := 0; i < 3; i++ {
 		d.insertUnknown(t, newGUID())
 	}
-	policyDir := "/etc/chromium/policies/managed"
-	assert.NilError(t, os.MkdirAll(policyDir, 0o755))
-	removeStalePolicies(t, policyDir)
-	policy := filepath.Join(policyDir, fmt.Sprintf("dedup-console-test-%d.json", os.Getpid()))
-	rule := fmt.Sprintf(`{"pattern":%q,"filter":{}}`, d.url)
-	assert.NilError(t, os.WriteFile(policy, []byte(fmt.Sprintf(`{"AutoSelectCertificateForUrls":[%q]}`, rule)), 0o644))
-	t.Cleanup(func() { os.Remove(policy) })
+	d.allowCertificates(t)
 
 	kim := d.browser(t, "kim")
 	assert.NilError(t, chromedp.Do(kim,
@@ -199,7 +222,9 @@ func removeStalePolicies(t *testing.T, dir string) {
 	files, err := filepath.Glob(filepath.Join(dir, "dedup-console-test-*.json"))
 	assert.NilError(t, err)
 	for _, f := range files {
-		pid, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "dedup-console-test-"), ".json"))
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "dedup-console-test-"), ".json")
+		name, _, _ = strings.Cut(name, "-") // the process, before this run's number
+		pid, err := strconv.Atoi(name)
 		if err != nil || syscall.Kill(pid, 0) != syscall.ESRCH {
 			continue
 		}

@@ -60,7 +60,7 @@ var ledgers = []struct {
 		assert.NilError(t, err)
 		t.Cleanup(func() { db.Close() })
 		return l, func(t *testing.T, q string, args ...any) {
-			_, err := db.Exec(strings.ReplaceAll(q, "now() - interval '10 minutes'", "datetime('now', '-600 seconds')"), args...)
+			_, err := db.Exec(minutesAgo.ReplaceAllString(q, "datetime('now', '-$1 minutes')"), args...)
 			assert.NilError(t, err)
 		}
 	}},
@@ -73,7 +73,13 @@ var ledgers = []struct {
 	}},
 }
 
-func newDesk(t *testing.T, open func(t *testing.T) (ledger.Ledger, func(t *testing.T, q string, args ...any))) *desk {
+// minutesAgo is PostgreSQL's "now() - interval 'N minutes'", which the
+// SQLite ledger's exec turns into its own.
+var minutesAgo = regexp.MustCompile(`now\(\) - interval '(\d+) minutes'`)
+
+// newDesk starts a console over a fresh ledger from open; with, if given,
+// changes its options.
+func newDesk(t *testing.T, open func(t *testing.T) (ledger.Ledger, func(t *testing.T, q string, args ...any)), with ...func(*Options)) *desk {
 	t.Helper()
 	l, exec := open(t)
 	dir := t.TempDir()
@@ -99,7 +105,11 @@ func newDesk(t *testing.T, open func(t *testing.T) (ledger.Ledger, func(t *testi
 	issue(ca, "nosan", testpki.Leaf{CN: "someone"})
 	issue(ca, "expired", testpki.Leaf{CN: "kim", URIs: []string{"urn:dedup:operator:kim", "urn:dedup:role:operator"}, Expired: true})
 	issue(other, "foreign", testpki.Leaf{CN: "kim", URIs: []string{"urn:dedup:operator:kim", "urn:dedup:role:operator"}})
-	s, err := New(l, Options{Host: "h1", Log: slog.New(slog.NewTextHandler(testLog{t}, nil))})
+	opts := Options{Host: "h1", Log: slog.New(slog.NewTextHandler(testLog{t}, nil))}
+	for _, w := range with {
+		w(&opts)
+	}
+	s, err := New(l, opts)
 	assert.NilError(t, err)
 	ts := httptest.NewUnstartedServer(s.Handler())
 	ts.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{d.certs["server"]},
@@ -176,9 +186,16 @@ func newGUID() string { return fmt.Sprintf("20261202MOB%021d", guidSeq.Add(1)) }
 
 func (d *desk) insertUnknown(t *testing.T, guid string) {
 	t.Helper()
+	d.insertRow(t, guid, "UNKNOWN", "E901", 10)
+}
+
+// insertRow writes a row of a 150,000-won transfer in state with code, last
+// changed minutes ago, as the relay leaves it.
+func (d *desk) insertRow(t *testing.T, guid, state, code string, minutes int) {
+	t.Helper()
 	req, err := lhstd.NewTransferRequest(guid, "MOB", "20261202093000", lhstd.Transfer{From: "11020030004001", To: "11020030009999", Amount: 150000, Memo: "rent"})
 	assert.NilError(t, err)
-	d.exec(t, "INSERT INTO tx(guid, tx_code, state, rsp_code, request, response, attempts, updated_at) VALUES(?, 'TRF00001', 'UNKNOWN', 'E901', ?, NULL, 1, now() - interval '10 minutes')", guid, req)
+	d.exec(t, fmt.Sprintf("INSERT INTO tx(guid, tx_code, state, rsp_code, request, response, attempts, updated_at) VALUES(?, 'TRF00001', ?, ?, ?, NULL, 1, now() - interval '%d minutes')", minutes), guid, state, code, req)
 }
 
 func (d *desk) state(t *testing.T, guid string) string {
