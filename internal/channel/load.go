@@ -24,7 +24,10 @@ type LoadConfig struct {
 	Duration time.Duration // run this long (ignored with Count), or
 	Count    int           // send this many telegrams (if > 0)
 	DupRatio float64       // fraction of sends that retransmit a recent GUID of another connection
-	Rate     float64       // telegrams per second over all connections, paced evenly (0: no pacing)
+	// Rate, if above 0, sends that many telegrams a second whatever the
+	// answers do (open loop: OpenLoop); 0: each connection sends its next
+	// once answered (closed loop), as fast as the relay answers.
+	Rate float64
 	Timeout  time.Duration // per reply
 	Channel  string
 	From, To string
@@ -50,6 +53,9 @@ type LoadReport struct {
 	P50, P90 time.Duration
 	P99, Max time.Duration
 	GUIDs    []string // the fresh GUIDs this run sent
+	// OpenLoop is an open-loop run's (Rate > 0) latencies from when each
+	// telegram was due; nil for a closed-loop run.
+	OpenLoop *OpenLoop
 }
 
 // TPS is answered telegrams per second.
@@ -76,6 +82,9 @@ func (r *LoadReport) String() string {
 		fmt.Fprintf(&b, " %s=%d", c, r.ByCode[c])
 	}
 	b.WriteString("\n")
+	if r.OpenLoop != nil {
+		b.WriteString(r.OpenLoop.String())
+	}
 	return b.String()
 }
 
@@ -132,15 +141,19 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 	if cfg.Progress != nil {
 		go ld.progress(stopProgress)
 	}
-	var wg sync.WaitGroup
-	for id := 0; id < cfg.Conns; id++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ld.connection(ctx, id)
-		}()
+	if cfg.Rate > 0 {
+		ld.openLoop(ctx)
+	} else {
+		var wg sync.WaitGroup
+		for id := 0; id < cfg.Conns; id++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ld.connection(ctx, id)
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	close(stopProgress)
 	return ld.finish(), ld.firstErr
 }
@@ -205,24 +218,6 @@ func (ld *loader) fail(err error) {
 	ld.mu.Unlock()
 }
 
-// pacer spaces one connection's sends every apart. A connection that fell
-// behind (a slow reply) starts again from now, at most one send early: it
-// does not make up the lost sends in a burst.
-type pacer struct {
-	every time.Duration
-	next  time.Time
-}
-
-// wait returns how long to wait at now before the next send, and books it.
-func (p *pacer) wait(now time.Time) time.Duration {
-	if behind := now.Add(-p.every); p.next.Before(behind) {
-		p.next = behind
-	}
-	at := p.next
-	p.next = p.next.Add(p.every)
-	return max(at.Sub(now), 0)
-}
-
 // connStats is what one connection counted, merged into the report at
 // its end.
 type connStats struct {
@@ -232,8 +227,9 @@ type connStats struct {
 	nNew, nDup, nErr int
 }
 
-// connection is one channel connection's loop: fresh GUIDs, and
-// retransmissions of other connections' recent GUIDs at DupRatio.
+// connection is one channel connection's closed loop: it sends its next
+// telegram once the last is answered: fresh GUIDs, and retransmissions of
+// other connections' recent GUIDs at DupRatio.
 func (ld *loader) connection(ctx context.Context, id int) {
 	cfg := ld.cfg
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(id)))
@@ -245,20 +241,7 @@ func (ld *loader) connection(ctx context.Context, id int) {
 		}
 		ld.merge(st)
 	}()
-	var pace *pacer // this connection's share of Rate
-	if cfg.Rate > 0 {
-		pace = &pacer{every: time.Duration(float64(time.Second) * float64(cfg.Conns) / cfg.Rate), next: time.Now()}
-	}
 	for ctx.Err() == nil {
-		if pace != nil {
-			if wait := pace.wait(time.Now()); wait > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(wait):
-				}
-			}
-		}
 		if cfg.Count > 0 && ld.budget.Add(-1) < 0 {
 			return
 		}

@@ -1,10 +1,17 @@
 package channel
 
 import (
+	"context"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"dedup/internal/socket"
+	"dedup/lhstd"
 )
 
 // TestLoadDefaults: a count is sent in full whatever --duration says (the
@@ -28,17 +35,80 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
-// TestPacerSpacesSendsAndNeverBursts: sends are booked every interval; a
-// connection that fell far behind sends at once, then at most one more
-// early, never the whole backlog.
-func TestPacerSpacesSendsAndNeverBursts(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	p := &pacer{every: 10 * time.Millisecond, next: t0}
-	assert.Equal(t, p.wait(t0), time.Duration(0))
-	assert.Equal(t, p.wait(t0), 10*time.Millisecond)
-	assert.Equal(t, p.wait(t0.Add(5*time.Millisecond)), 15*time.Millisecond)
-	late := t0.Add(time.Second)
-	assert.Equal(t, p.wait(late), time.Duration(0), "a late connection sends at once")
-	assert.Equal(t, p.wait(late), time.Duration(0), "one send early")
-	assert.Equal(t, p.wait(late), 10*time.Millisecond, "then paced again, not a burst of the 100 it missed")
+// stallingRelay answers every telegram with 0000 at once, except that the
+// first answer after stallAfter waits stall: a relay that stops for a
+// moment. It returns its address.
+func stallingRelay(t *testing.T, stallAfter int, stall time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	served := 0
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for {
+					req, err := lhstd.ReadFrame(c)
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					served++
+					if served == stallAfter {
+						time.Sleep(stall) // everything behind it waits too
+					}
+					mu.Unlock()
+					if _, err := c.Write(lhstd.AppendFrame(nil, lhstd.Reply(req, "0000", nil))); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// An open-loop run counts a stall as the whole wait it caused: the relay
+// stops for 600 ms once; a closed loop would have sent nothing meanwhile
+// and seen one slow reply, while the open loop keeps sending at its rate
+// (opening connections) and counts every telegram due during the stall
+// from when it was due.
+func TestOpenLoopCountsAStallFromWhenEachTelegramWasDue(t *testing.T) {
+	addr := stallingRelay(t, 50, 600*time.Millisecond)
+	rep, err := Load(context.Background(), LoadConfig{Relay: addr, Conns: 4, Rate: 200, Duration: 1500 * time.Millisecond,
+		Timeout: 5 * time.Second, From: "11020030004001", To: "11020030004002", Amount: 1})
+	assert.NilError(t, err)
+	ol := rep.OpenLoop
+	assert.Assert(t, ol != nil)
+	t.Log(ol.String())
+	assert.Check(t, ol.Due >= 250 && ol.Due <= 301, "due %d at 200/s for 1.5 s", ol.Due)
+	assert.Check(t, is.Equal(ol.Answered, ol.Due))
+	assert.Check(t, ol.Max >= 550*time.Millisecond, "the stall's own wait: max %s", ol.Max)
+	// About 120 telegrams fell due during the stall: over 1% of the run.
+	assert.Check(t, ol.P99 >= 300*time.Millisecond, "p99 %s hides the stall", ol.P99)
+	assert.Check(t, ol.MaxConns > 4, "no connection was opened while all waited")
+	assert.Check(t, is.Equal(ol.Refused, 0))
+	assert.Check(t, is.Equal(ol.Over1s, 0))
+}
+
+// Nothing listening: every telegram is refused until it is given up, and
+// the run says so.
+func TestOpenLoopCountsRefusedConnections(t *testing.T) {
+	b, err := socket.Bind("127.0.0.1:0") // bound, never listening: refused
+	assert.NilError(t, err)
+	defer b.Close()
+	addr := b.Addr().String()
+	rep, err := Load(context.Background(), LoadConfig{Relay: addr, Conns: 2, Rate: 20, Duration: 300 * time.Millisecond,
+		Timeout: 200 * time.Millisecond, From: "11020030004001", To: "11020030004002", Amount: 1})
+	assert.NilError(t, err)
+	ol := rep.OpenLoop
+	assert.Check(t, ol.Refused > 0, "refused %d", ol.Refused)
+	assert.Check(t, is.Equal(ol.Answered, 0))
+	assert.Check(t, is.Equal(ol.Unanswered, ol.Due))
 }

@@ -94,13 +94,13 @@ type loadCmd struct {
 	Duration cli.Seconds `name:"duration" default:"10" help:"Seconds to run (unless --count)."`
 	Count    cli.Whole   `name:"count" default:"0" help:"Send this many telegrams, then stop (0: use --duration)."`
 	DupRatio float64     `name:"dup-ratio" default:"0" help:"Fraction (0..1) of sends that retransmit a recent GUID of another connection."`
-	Rate     float64     `name:"rate" default:"0" help:"Telegrams per second over all connections, paced evenly (0: as fast as the relay answers)."`
+	Rate     float64     `name:"rate" default:"0" help:"Open loop: send this many telegrams a second whatever the answers do, each latency counted from when it was due; more connections are opened when all wait (0: closed loop, as fast as --conns connections are answered)."`
 	Core     string      `name:"core" help:"The fixture core's URL: check /_stats for GUIDs applied more than once (https: with the --tls-* files)."`
 }
 
 type flags struct {
 	Send sendCmd `cmd:"" help:"Send one transfer (optionally repeated) and print the reply."`
-	Load loadCmd `cmd:"" help:"Drive load and report throughput, latency, replies and double applications."`
+	Load loadCmd `cmd:"" help:"Drive load (closed loop, or open loop with --rate) and report throughput, latency, replies and double applications."`
 	cli.Logging
 }
 
