@@ -125,6 +125,13 @@ func startEnv(t *testing.T, env []string, name string, args ...string) *proc {
 // channel that will carry the address of its "listening addr=" line.
 func spawn(t *testing.T, env []string, name string, args ...string) (*proc, <-chan string) {
 	t.Helper()
+	return spawnWith(t, env, nil, name, args...)
+}
+
+// spawnWith is spawn with prepare, if not nil, changing the command before
+// it starts.
+func spawnWith(t *testing.T, env []string, prepare func(*exec.Cmd), name string, args ...string) (*proc, <-chan string) {
+	t.Helper()
 	p := &proc{t: t, name: name, exited: make(chan struct{})}
 	path := bin(name)
 	if strings.Contains(name, "/") {
@@ -132,6 +139,9 @@ func spawn(t *testing.T, env []string, name string, args ...string) (*proc, <-ch
 	}
 	p.cmd = exec.Command(path, args...)
 	p.cmd.Env = append(append(os.Environ(), "HTTP_PROXY=http://127.0.0.1:9", "http_proxy=http://127.0.0.1:9"), env...)
+	if prepare != nil {
+		prepare(p.cmd)
+	}
 	pipe, err := p.cmd.StderrPipe()
 	assert.NilError(t, err)
 	assert.NilError(t, p.cmd.Start())

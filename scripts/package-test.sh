@@ -53,12 +53,12 @@ check_dir() { # PATH MODE OWNER:GROUP
 check_dir /var/lib/dedup 700 dedup:dedup
 check_dir /var/log/dedup 750 dedup:dedup
 check_dir /var/lib/node_exporter/textfile 775 root:dedup
-for u in dedup-relay.service dedup-console.service dedup-resolve.service dedup-resolve.timer dedup-reprocess.service dedup-reprocess.timer dedup-purge.service dedup-purge.timer dedup-check.service dedup-check.timer dedup-reconcile.service dedup-reconcile.timer; do
+for u in dedup-relay.service dedup-relay.socket dedup-console.service dedup-resolve.service dedup-resolve.timer dedup-reprocess.service dedup-reprocess.timer dedup-purge.service dedup-purge.timer dedup-check.service dedup-check.timer dedup-reconcile.service dedup-reconcile.timer; do
   [ -f "/lib/systemd/system/$u" ] || fail "unit $u not installed"
 done
 ok "units installed in /lib/systemd/system"
 if command -v systemd-analyze >/dev/null; then
-  systemd-analyze verify /lib/systemd/system/dedup-*.service /lib/systemd/system/dedup-*.timer || fail "systemd-analyze verify"
+  systemd-analyze verify /lib/systemd/system/dedup-*.service /lib/systemd/system/dedup-*.socket /lib/systemd/system/dedup-*.timer || fail "systemd-analyze verify"
   ok "systemd-analyze verify passes on the installed units"
   echo "  systemd-analyze security (offline) of dedup-relay.service:"
   systemd-analyze security --offline=true /lib/systemd/system/dedup-relay.service 2>/dev/null | tail -n 1 | sed 's/^/    /'
@@ -68,7 +68,8 @@ for t in resolve reprocess purge check reconcile; do
 done
 ok "the five timers enabled"
 [ ! -e /etc/systemd/system/multi-user.target.wants/dedup-relay.service ] || fail "the relay was enabled before it was configured"
-ok "the relay not enabled (not configured yet)"
+[ ! -e /etc/systemd/system/sockets.target.wants/dedup-relay.socket ] || fail "the relay's socket was enabled before the relay was configured"
+ok "the relay and its socket not enabled (not configured yet)"
 [ ! -e /etc/systemd/system/multi-user.target.wants/dedup-console.service ] || fail "the console was enabled before it was configured"
 /usr/bin/console --version >/dev/null || fail "console is not installed"
 [ -f /etc/dedup/console.env ] && ! grep -qi 'password=' /etc/dedup/console.env || fail "console.env missing or holds a password"
@@ -186,9 +187,17 @@ else
   echo "  not run here (systemd is not PID 1): systemctl start of the relay and the timers, the graceful restart on upgrade, the stop on remove"
 fi
 
-echo "== upgrade to version 2 (the edited configuration kept)"
+echo "== upgrade to version 2 (the edited configuration kept; the relay's socket enabled with the relay)"
 echo "# edited by the operator" >>/etc/dedup/relay.env
+# A host whose relay an operator enabled before the socket existed: the
+# relay enabled, its socket not.
+deb-systemd-helper enable dedup-relay.service >/dev/null
+deb-systemd-helper disable dedup-relay.socket >/dev/null 2>&1 || true
+[ -e /etc/systemd/system/multi-user.target.wants/dedup-relay.service ] || fail "deb-systemd-helper did not enable the relay"
+[ ! -e /etc/systemd/system/sockets.target.wants/dedup-relay.socket ] || fail "the socket is still enabled"
 dpkg -i $v2 >/dev/null
+[ -L /etc/systemd/system/sockets.target.wants/dedup-relay.socket ] || fail "the upgrade did not enable dedup-relay.socket for an enabled relay"
+ok "the upgrade enabled dedup-relay.socket beside the enabled relay"
 grep -q '^# edited by the operator' /etc/dedup/relay.env || fail "the upgrade replaced the edited relay.env"
 grep -qF "relay $base-2 " <<<"$(/usr/bin/relay --version)" || fail "the upgrade did not install the new relay"
 [ -f /var/lib/dedup/relay.db ] || fail "the upgrade lost the ledger"
@@ -216,5 +225,6 @@ done
 ! getent group dedup-operators >/dev/null || fail "the group dedup-operators left after purge"
 [ ! -e /etc/sudoers.d/dedup ] || fail "/etc/sudoers.d/dedup left after purge"
 ls /etc/systemd/system/timers.target.wants/dedup-* >/dev/null 2>&1 && fail "timer links left after purge"
+ls /etc/systemd/system/sockets.target.wants/dedup-* >/dev/null 2>&1 && fail "socket links left after purge"
 ok "purged: no file of the packages, no data, no user, no unit links left"
 echo "package-test: all checks passed"

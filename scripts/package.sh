@@ -90,7 +90,7 @@ s="$work/dedup"
 build "$s/usr/bin" ./relay ./resolve ./reprocess ./purge ./reconcile ./inspect ./settle ./console
 install -d -m 0755 "$s/lib/systemd/system" "$s/etc/dedup" "$s/etc/logrotate.d" "$s/etc/cron.d" \
   "$s/usr/share/dedup" "$s/usr/share/dedup/prometheus" "$s/usr/share/dedup/grafana" "$s/usr/share/doc/dedup/docs" "$s/usr/share/doc/dedup/examples"
-install -m 0644 deploy/systemd/*.service deploy/systemd/*.timer "$s/lib/systemd/system/"
+install -m 0644 deploy/systemd/*.service deploy/systemd/*.socket deploy/systemd/*.timer "$s/lib/systemd/system/"
 install -m 0644 deploy/etc/relay.env deploy/etc/jobs.env deploy/etc/reconcile.env deploy/etc/console.env "$s/etc/dedup/"
 install -m 0644 deploy/logrotate/dedup "$s/etc/logrotate.d/dedup"
 install -m 0644 deploy/prometheus/alerts.yml deploy/prometheus/alerts_test.yml "$s/usr/share/dedup/prometheus/"

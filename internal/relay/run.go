@@ -156,11 +156,28 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	// opened or created, and no connection is accepted (not even into the
 	// kernel's backlog) before the ledger is open and swept (docs/cli.md,
 	// "Ready before it listens").
-	bound, err := socket.Bind(f.Listen)
+	// Started by systemd with its socket (dedup-relay.socket), the relay
+	// takes that socket instead: it listens already, so connections made
+	// while the relay restarts or is upgraded wait in the kernel's backlog
+	// instead of being refused, and are accepted once this process is
+	// ready, as any other (docs/deploy.md, "Restarts that refuse no one").
+	activated, err := socket.Activated()
 	if err != nil {
-		return fail("--listen %s: %v", f.Listen, err)
+		return fail("the sockets systemd passed: %v", err)
 	}
-	defer bound.Close()
+	held := activated[socket.ListenName]
+	var bound *socket.Bound
+	if held != nil {
+		defer held.Close()
+		if !socket.SameAddr(held.Addr(), f.Listen) {
+			return fail("--listen %s: systemd passed the channel socket %s (dedup-relay.socket): make them one (ListenStream= in systemctl edit dedup-relay.socket, or --listen)", f.Listen, held.Addr())
+		}
+	} else {
+		if bound, err = socket.Bind(f.Listen); err != nil {
+			return fail("--listen %s: %v", f.Listen, err)
+		}
+		defer bound.Close()
+	}
 	var mbound *socket.Bound
 	if f.MetricsListen != "" {
 		if mbound, err = socket.Bind(f.MetricsListen); err != nil {
@@ -240,10 +257,13 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 	if ctx.Err() != nil { // a signal while the ledger was being opened
 		return shutdown(f, log, srv, l)
 	}
-	// Ready: only now do the ports accept connections.
-	ln, err := bound.Listen()
-	if err != nil {
-		return fail("--listen %s: %v", f.Listen, err)
+	// Ready: only now do the ports accept connections (or, on systemd's
+	// socket, only now is its backlog taken).
+	ln := held
+	if ln == nil {
+		if ln, err = bound.Listen(); err != nil {
+			return fail("--listen %s: %v", f.Listen, err)
+		}
 	}
 	defer ln.Close()
 	metricsAddr := "off"
@@ -269,7 +289,11 @@ func run(f *Flags, log *slog.Logger, hooks Hooks) int {
 			log.Warn("the core accepts no connection: every new GUID will get E902 until it does; serving anyway", "core", f.Core, "error", err)
 		}
 	}()
-	log.Info("relay started", "listen", ln.Addr().String(), "tls", listenerMode(listenerCerts), "max_conns", int(f.MaxConns),
+	socketFrom := "bound by the relay"
+	if held != nil {
+		socketFrom = "systemd (held across restarts)"
+	}
+	log.Info("relay started", "listen", ln.Addr().String(), "socket", socketFrom, "tls", listenerMode(listenerCerts), "max_conns", int(f.MaxConns),
 		"db", backend.Describe(f.DB), "core", f.Core, "core_roots", f.CoreRoots(),
 		"timeout_s", f.Timeout.D().Seconds(), "connect_timeout_s", f.ConnectTimeout.D().Seconds(),
 		"orphan_after_s", f.OrphanAfter.D().Seconds(), "idle_timeout_s", f.IdleTimeout.D().Seconds(),

@@ -67,3 +67,23 @@ func TestListenRefusesAnAddressTakenSinceBind(t *testing.T) {
 		assert.Assert(t, err != nil, "two listeners on one address")
 	}
 }
+
+func TestSameAddr(t *testing.T) {
+	for _, tc := range []struct {
+		addr   net.Addr
+		listen string
+		same   bool
+	}{
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9101}, "127.0.0.1:9101", true},
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9101}, "127.0.0.1:9102", false},
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9101}, "0.0.0.0:9101", false},
+		{&net.TCPAddr{IP: net.IPv6unspecified, Port: 9101}, ":9101", true},
+		{&net.TCPAddr{IP: net.IPv4zero, Port: 9101}, "0.0.0.0:9101", true},
+		{&net.TCPAddr{IP: net.IPv6unspecified, Port: 9101}, "127.0.0.1:9101", false},
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9101}, "no such host:x", false},
+	} {
+		if got := SameAddr(tc.addr, tc.listen); got != tc.same {
+			t.Errorf("SameAddr(%v, %q) = %v, want %v", tc.addr, tc.listen, got, tc.same)
+		}
+	}
+}
