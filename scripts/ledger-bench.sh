@@ -53,6 +53,22 @@
 #       (default 10), each sample put in one area (SQLite with its system
 #       calls, the ledger's Go code, the log line, the core's HTTP client,
 #       garbage collection, the relay's own request path, the scheduler).
+#   scripts/ledger-bench.sh day [MINUTES]
+#       a day in the life, measured open-loop (docs/benchmarks.md, "A day in
+#       the life"): a ledger of DAY_ROWS rows (default 10 million; random
+#       GUIDs, spread over the last 7 days; made once and kept in
+#       .bench.day/, each run on a copy), the relay on a socket held as
+#       systemd holds it (bin/holdsocket), the load at half its measured peak
+#       (channel load --rate, 10 % retransmissions), and in turn, MINUTES
+#       (default 2) each: steady; resolve and reprocess every minute; purge
+#       --days 3; reconcile (Nice 10, as its unit) of yesterday's journal,
+#       DAY_JOURNAL lines (default 10 million: yesterday's rows and lines of
+#       GUIDs the ledger does not have), the load lasting until it ends;
+#       the console's pages every 5 s and inspect's queries; a relay
+#       restart in the middle. Then the same on PostgreSQL (DAY_LEDGERS,
+#       default "sqlite postgres"). One line per phase:
+#       ledger=L phase=P rate=R p50_ms= p99_ms= p999_ms= max_ms= over_1s= refused=
+#       and the machine's worst stall meanwhile (bin/stallmeter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=$PWD/bin
@@ -215,6 +231,123 @@ measure() {
   printf "%-6s %-6s %-6s %8s %s applied_twice=%s\n" "$mode" "$conns" "$round" "$tps" "$line" "$twice" | tee -a "$w/rounds"
 }
 
+
+# day_preload_sqlite FILE ROWS: ROWS DONE/0000 rows spread over the last 7
+# days (UTC), random GUIDs, each reply with its own ref and its time.
+day_preload_sqlite() {
+  sqlite3 "$1" <schema.sql
+  sqlite3 -cmd ".parameter set :rows $2" "$1" >/dev/null <<'SQL'
+PRAGMA journal_mode=OFF;
+PRAGMA synchronous=OFF;
+PRAGMA cache_size=-1000000;
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i+1 FROM n WHERE i < :rows - 1),
+r AS (SELECT datetime('now', printf('-%d seconds', 604800 - i * 604800 / :rows)) AS ts,
+             CASE i % 3 WHEN 0 THEN 'MOB' WHEN 1 THEN 'IBK' ELSE 'ATM' END AS ch,
+             printf('%021d', abs(random() % 1000000000000000000)) AS rnd, i FROM n),
+g AS (SELECT ts, ch, i, strftime('%Y%m%d', ts) || ch || rnd AS guid, strftime('%Y%m%d%H%M%S', ts) AS sent FROM r)
+INSERT OR IGNORE INTO tx SELECT guid, 'TRF00001', 'DONE', '0000',
+  CAST(printf('%sTRF00001S    %s%s  1102003000400111020030004002%015drent november       ', guid, ch, sent, 150000) AS BLOB),
+  CAST(printf('%sTRF00001R0000%s%s  C%015d%015d%s', guid, ch, sent, i + 1, 99850000, sent) AS BLOB),
+  1, ts FROM g;
+PRAGMA journal_mode=WAL;
+SQL
+}
+day_preload_postgres() {
+  PGOPTIONS="-c client_min_messages=warning" psql "$1" -qc "DROP SCHEMA public CASCADE; CREATE SCHEMA public" >/dev/null
+  "$B/inspect" --db "$1" --summary >/dev/null
+  psql "$1" -v rows="$2" -q <<'SQL'
+INSERT INTO tx
+SELECT guid, 'TRF00001', 'DONE', '0000',
+  convert_to(guid || 'TRF00001S    ' || ch || sent || '  1102003000400111020030004002' || lpad('150000', 15, '0') || 'rent november       ', 'UTF8'),
+  convert_to(guid || 'TRF00001R0000' || ch || sent || '  C' || lpad((i + 1)::text, 15, '0') || lpad('99850000', 15, '0') || sent, 'UTF8'),
+  1, ts
+FROM (SELECT ts, ch, i, to_char(ts AT TIME ZONE 'UTC', 'YYYYMMDD') || ch || lpad((random() * 1e18)::bigint::text, 21, '0') AS guid,
+             to_char(ts AT TIME ZONE 'UTC', 'YYYYMMDDHH24MISS') AS sent
+      FROM (SELECT now() - make_interval(secs => 604800 - i * 604800.0 / :rows) AS ts,
+                   (ARRAY['MOB','IBK','ATM'])[i % 3 + 1] AS ch, i
+            FROM generate_series(0, :rows - 1) AS i) AS r) AS g
+ON CONFLICT (guid) DO NOTHING;
+VACUUM ANALYZE tx;
+CHECKPOINT;
+SQL
+}
+# day_journal_sqlite FILE DAY LINES: the core's journal of DAY for the
+# ledger's rows of DAY, then lines of GUIDs the ledger does not have (a
+# core that serves other paths too) up to LINES.
+day_journal_sqlite() {
+  echo "guid,ref,from,to,amount,balance,processed_at"
+  sqlite3 -csv "$1" "SELECT guid, rtrim(substr(response, 65, 16)), substr(request, 65, 14), substr(request, 79, 14),
+    CAST(substr(request, 93, 15) AS INTEGER), CAST(substr(response, 81, 15) AS INTEGER), substr(response, 96, 14)
+    FROM tx WHERE substr(response, 96, 8) = '$2'"
+}
+day_journal_postgres() {
+  echo "guid,ref,from,to,amount,balance,processed_at"
+  psql "$1" -qAt -F, -c "SELECT guid, rtrim(convert_from(substring(response from 65 for 16), 'UTF8')), convert_from(substring(request from 65 for 14), 'UTF8'),
+    convert_from(substring(request from 79 for 14), 'UTF8'), convert_from(substring(request from 93 for 15), 'UTF8')::bigint,
+    convert_from(substring(response from 81 for 15), 'UTF8')::bigint, convert_from(substring(response from 96 for 14), 'UTF8')
+    FROM tx WHERE convert_from(substring(response from 96 for 8), 'UTF8') = '$2'"
+}
+# day_fill DAY LINES: journal lines of fresh GUIDs on DAY, to LINES lines in
+# all (stdin: the journal so far).
+day_fill() {
+  awk -v d="$1" -v want="$2" -F, 'NR > 1 { n++ } { print } END {
+    for (i = n; i < want; i++) printf "%sOTH%021d,X%015d,11020030004001,11020030004002,150000,99850000,%s120000\n", d, i, i, d }'
+}
+# day_phase LEDGER PHASE: one phase of the day under open-loop load; prints
+# its line.
+day_phase() {
+  local ledger=$1 phase=$2 lpid jpid="" out ol
+  "$B/stallmeter" >"$w/stall.txt" &
+  local spid=$!
+  local dur=$secs
+  [ "$phase" = reconcile ] && dur=36000   # until reconcile ends
+  "$B/channel" load --relay "$relay" --conns 16 --rate "$rate" --duration "$dur" --dup-ratio 0.1 --amount 1 --timeout 30 --core "$core" >"$w/load.txt" &
+  lpid=$!
+  case "$phase" in
+  jobs)
+    ( for _ in $(seq 1 "$minutes"); do
+        "$B/resolve" --db "$db" --core "$core" --min-age 60 >>"$w/jobs.log" 2>&1 || true
+        "$B/reprocess" --db "$db" --core "$core" >>"$w/jobs.log" 2>&1 || true
+        sleep 60
+      done ) &
+    jpid=$! ;;
+  purge)
+    timeout "$secs" "$B/purge" --db "$db" --days 3 >"$w/purge.log" 2>&1 &
+    jpid=$! ;;
+  reconcile)
+    local r0 r1
+    r0=$(date +%s.%N)
+    nice -n 10 "$B/reconcile" --db "$db" --journal "$journal" --date "$yesterday" >"$w/reconcile.out" 2>"$w/reconcile.log" || true
+    r1=$(date +%s.%N)
+    kill -INT "$lpid"
+    extra=$(awk -v a="$r0" -v z="$r1" -v l="$journal_lines" 'BEGIN { printf " reconcile_s=%.0f lines_per_s=%.0f", z - a, l / (z - a) }') ;;
+  console)
+    ( end=$((SECONDS + secs))
+      while [ $SECONDS -lt $end ]; do
+        for pg in / /doubt /proposals /reconcile /audit; do
+          curl -s -o /dev/null --cacert "$pki/ca.pem" --cert "$pki/kim.pem" --key "$pki/kim-key.pem" "https://$console$pg" || true
+        done
+        "$B/inspect" --db "$db" --summary >/dev/null 2>&1 || true
+        "$B/inspect" --db "$db" --state UNKNOWN --limit 100 >/dev/null 2>&1 || true
+        "$B/inspect" --db "$db" --reconcile >/dev/null 2>&1 || true
+        sleep 5
+      done ) &
+    jpid=$! ;;
+  restart)
+    ( sleep $((secs / 2)); kill -HUP "$hpid" ) &
+    jpid=$! ;;
+  esac
+  wait "$lpid" || true
+  [ -n "$jpid" ] && { kill "$jpid" 2>/dev/null || true; wait "$jpid" 2>/dev/null || true; }
+  kill -INT "$spid"; wait "$spid" || true
+  ol=$(grep '^open_loop:' "$w/load.txt" || echo "open_loop: (no report)")
+  twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' "$w/load.txt")
+  awk -v l="$ledger" -v p="$phase" -v st="$(sed -n 's/.*max_ms=\([0-9.]*\).*/\1/p' "$w/stall.txt" | tail -n1)" -v tw="$twice" -v x="${extra:-}" '{
+    for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    printf "ledger=%s phase=%s rate=%s p50_ms=%s p99_ms=%s p999_ms=%s max_ms=%s over_1s=%s refused=%s unanswered=%s conns=%s stall_ms=%s applied_twice=%s%s\n",
+      l, p, v["rate"], v["p50_ms"], v["p99_ms"], v["p999_ms"], v["max_ms"], v["over_1s"], v["refused"], v["unanswered"], v["conns"], st, tw, x }' <<<"$ol"
+  extra=""
+}
 case "${1:-}" in
 restart)
   [ $# -ge 3 ] && [ $# -le 5 ] || { echo "usage: $0 restart RELAY_BIN DB [ROUNDS] [warm|cold]" >&2; exit 2; }
@@ -404,8 +537,74 @@ profile)
     { frames = frames " " $2 }
     END { flush(); for (a in share) printf "  %5.1f%%  %s\n", 100 * share[a] / total, a }' | sort -rn
   ;;
+day)
+  minutes=${2:-2}
+  secs=${DAY_SECS:-$((minutes * 60))}   # DAY_SECS: a quicker look, in seconds
+  rows=${DAY_ROWS:-10000000}
+  journal_lines=${DAY_JOURNAL:-10000000}
+  keep=$PWD/.bench.day
+  mkdir -p "$keep"
+  yesterday=$(date -u -d yesterday +%Y%m%d)
+  start_core
+  pki="$w/pki"
+  scripts/certs.sh "$pki" >/dev/null
+  echo "a day in the life: $rows rows, $minutes min a phase, journal of $journal_lines lines for $yesterday"
+  for ledger in ${DAY_LEDGERS:-sqlite postgres}; do
+    t0=$(date +%s)
+    if [ "$ledger" = sqlite ]; then
+      if [ ! -f "$keep/day-$rows.db" ]; then
+        day_preload_sqlite "$keep/day-$rows.db.new" "$rows"
+        mv "$keep/day-$rows.db.new" "$keep/day-$rows.db"
+      fi
+      db="$w/day.db"
+      cp "$keep/day-$rows.db" "$db"
+      [ -f "$keep/journal-$rows-$yesterday.csv" ] ||
+        day_journal_sqlite "$db" "$yesterday" | day_fill "$yesterday" "$journal_lines" >"$keep/journal-$rows-$yesterday.csv"
+    else
+      pgurl=$(scripts/pg.sh start "$keep/pg")
+      pids+=()
+      trap 'scripts/pg.sh stop "$keep/pg"; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$w"' EXIT
+      base=${pgurl%/dedup*}
+      if ! psql "$base/day_$rows?sslmode=disable" -qAtc "SELECT 1 FROM tx LIMIT 1" >/dev/null 2>&1; then
+        psql "$pgurl" -qc "DROP DATABASE IF EXISTS day_$rows" -c "CREATE DATABASE day_$rows" >/dev/null
+        day_preload_postgres "$base/day_$rows?sslmode=disable" "$rows"
+      fi
+      psql "$pgurl" -qc "DROP DATABASE IF EXISTS day_run" -c "CREATE DATABASE day_run TEMPLATE day_$rows" >/dev/null
+      db="$base/day_run?sslmode=disable"
+      [ -f "$keep/journal-$rows-$yesterday.csv" ] ||
+        day_journal_postgres "$db" "$yesterday" | day_fill "$yesterday" "$journal_lines" >"$keep/journal-$rows-$yesterday.csv"
+    fi
+    journal="$w/journal.csv"
+    cp "$keep/journal-$rows-$yesterday.csv" "$journal"
+    chmod 600 "$journal"
+    echo "$ledger: the ledger and the journal ready in $(( $(date +%s) - t0 )) s"
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    relay="127.0.0.1:$port"
+    "$B/holdsocket" --listen "$relay" -- "$B/relay" --db "$db" --listen "$relay" --core "$core" >"$w/hold.log" 2>"$w/relay.log" &
+    hpid=$!
+    pids+=("$hpid")
+    listening "$w/relay.log" >/dev/null
+    "$B/console" --db "$db" --listen 127.0.0.1:0 --tls-cert "$pki/server.pem" --tls-key "$pki/server-key.pem" \
+      --operator-ca "$pki/ca.pem" --textfile-dir "$w" 2>"$w/console.log" &
+    cpid=$!
+    pids+=("$cpid")
+    console=$(listening "$w/console.log")
+    "$B/channel" load --relay "$relay" --conns 16 --duration 1 --dup-ratio 0.1 --amount 1 >/dev/null
+    peak=$("$B/channel" load --relay "$relay" --conns 16 --duration 5 --dup-ratio 0.1 --amount 1 | sed -n 's/.* tps=\([0-9]*\).*/\1/p')
+    rate=${DAY_RATE:-$(( peak / 2 ))}
+    echo "$ledger: peak $peak tx/s at 16 connections; the day runs at $rate tx/s"
+    for phase in steady jobs purge reconcile console restart; do
+      day_phase "$ledger" "$phase"
+    done
+    kill "$cpid" 2>/dev/null || true
+    kill -TERM "$hpid"; wait "$hpid" || true
+    grep -h "restarted" "$w/hold.log" || true
+    [ "$ledger" = postgres ] && scripts/pg.sh stop "$keep/pg"
+  done
+  echo "targets: SQLite p99 <= 20 ms and max <= 100 ms in every phase; PostgreSQL p99 <= 50 ms and max <= 250 ms; over_1s 0, refused 0; reconcile >= 50,000 lines/s"
+  ;;
 *)
-  echo "usage: $0 restart RELAY_BIN DB [ROUNDS] [warm|cold] | purge DB PURGE_BIN [SECONDS] | versus-redis [SECONDS] [ROUNDS] [CONNS...] | versus RELAY_A RELAY_B sqlite|postgres [SECONDS] [ROUNDS] [CONNS...] | profile [SECONDS] [CONNS]" >&2
+  echo "usage: $0 restart RELAY_BIN DB [ROUNDS] [warm|cold] | purge DB PURGE_BIN [SECONDS] | versus-redis [SECONDS] [ROUNDS] [CONNS...] | versus RELAY_A RELAY_B sqlite|postgres [SECONDS] [ROUNDS] [CONNS...] | profile [SECONDS] [CONNS] | day [MINUTES]" >&2
   exit 2
   ;;
 esac
