@@ -27,7 +27,7 @@ type LoadConfig struct {
 	// Rate, if above 0, sends that many telegrams a second whatever the
 	// answers do (open loop: OpenLoop); 0: each connection sends its next
 	// once answered (closed loop), as fast as the relay answers.
-	Rate float64
+	Rate     float64
 	Timeout  time.Duration // per reply
 	Channel  string
 	From, To string
