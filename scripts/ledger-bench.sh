@@ -296,7 +296,8 @@ day_fill() {
 # day_phase LEDGER PHASE: one phase of the day under open-loop load; prints
 # its line.
 day_phase() {
-  local ledger=$1 phase=$2 lpid jpid="" out ol
+  local ledger=$1 phase=$2 lpid jpid="" out ol from
+  from=$(wc -l <"$w/relay.log")
   "$B/stallmeter" >"$w/stall.txt" &
   local spid=$!
   local dur=$secs
@@ -341,6 +342,14 @@ day_phase() {
   [ -n "$jpid" ] && { kill "$jpid" 2>/dev/null || true; wait "$jpid" 2>/dev/null || true; }
   kill -INT "$spid"; wait "$spid" || true
   ol=$(grep '^open_loop:' "$w/load.txt" || echo "open_loop: (no report)")
+  # Where the slowest transactions waited: the relay's own time (from the
+  # telegram read to the reply written) and the core's part of it, from its
+  # log lines of this phase; the rest of a load's latency waited before
+  # the relay read the telegram (the accept queue, a new connection).
+  extra="${extra:-}$(tail -n +"$((from + 1))" "$w/relay.log" | awk '/msg=tx / { ms = ""; core = 0
+      for (i = 1; i <= NF; i++) { if ($i ~ /^ms=/) ms = substr($i, 4) + 0; if ($i ~ /^core_ms=/) core = substr($i, 9) + 0 }
+      if (ms != "" && ms > max) { max = ms; mcore = core } }
+    END { printf " relay_max_ms=%.1f its_core_ms=%.1f", max, mcore }')"
   twice=$(sed -n 's/.*applied_twice=\([0-9]*\).*/\1/p' "$w/load.txt")
   awk -v l="$ledger" -v p="$phase" -v st="$(sed -n 's/.*max_ms=\([0-9.]*\).*/\1/p' "$w/stall.txt" | tail -n1)" -v tw="$twice" -v x="${extra:-}" '{
     for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
