@@ -9,26 +9,28 @@
 #       1 on a violation (its seed and the GUID's story printed), 2 on a
 #       usage error. The last line:
 #       sim: seeds=N transfers=N faults=N violations=N seconds=S
-#   scripts/sim.sh --mutants [--minutes M]
+#   scripts/sim.sh --mutants [--minutes M] [--replays N]
 #       applies each known-wrong change to the money path to a copy of the
 #       tree and runs the simulation on it for M minutes (default 3): each
-#       must be found (exit 1 when one is not).
+#       must be found (exit 1 when one is not); then replays the seed that
+#       found it N times (default 5) and says how often it finds it again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
-minutes=3 seed=0 first=1 mutants=0
-usage() { echo "usage: scripts/sim.sh [--minutes M] [--seed S] [--first S] | --mutants [--minutes M]" >&2; exit 2; }
+minutes=3 seed=0 first=1 mutants=0 replays=5
+usage() { echo "usage: scripts/sim.sh [--minutes M] [--seed S] [--first S] | --mutants [--minutes M] [--replays N]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) [ $# -ge 2 ] || usage; minutes=$2; shift 2 ;;
     --seed) [ $# -ge 2 ] || usage; seed=$2; shift 2 ;;
     --first) [ $# -ge 2 ] || usage; first=$2; shift 2 ;;
     --mutants) mutants=1; shift ;;
+    --replays) [ $# -ge 2 ] || usage; replays=$2; shift 2 ;;
     *) usage ;;
   esac
 done
 [[ "$minutes" =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "scripts/sim.sh: --minutes: want a number of minutes, got '$minutes'" >&2; exit 2; }
-[[ "$seed" =~ ^[0-9]+$ && "$first" =~ ^[0-9]+$ ]] || { echo "scripts/sim.sh: --seed and --first take a whole number" >&2; exit 2; }
+[[ "$seed" =~ ^[0-9]+$ && "$first" =~ ^[0-9]+$ && "$replays" =~ ^[0-9]+$ ]] || { echo "scripts/sim.sh: --seed, --first and --replays take a whole number" >&2; exit 2; }
 
 # run DIR: the simulation in the tree DIR; prints its output, returns go test's status.
 run() {
@@ -91,10 +93,10 @@ for m in "${mutants_list[@]}"; do
       # How often the seed finds it again (Go's scheduler is not
       # deterministic; each actor's choices are).
       again=0
-      for _ in 1 2 3 4 5; do
+      for _ in $(seq 1 "$replays"); do
         (cd "$tree" && go test -count=1 -run '^TestSimulation$' ./internal/testbed/sim/ -args -sim.seed="$first_seed" >/dev/null 2>&1) || again=$((again + 1))
       done
-      echo "mutant $name: found in $took s (seed $first_seed, which finds it again $again times of 5): $(grep '^sim: ' "$out" | tail -n 1)"
+      echo "mutant $name: found in $took s (seed $first_seed, which finds it again $again times of $replays): $(grep '^sim: ' "$out" | tail -n 1)"
     else
       # A failure that is no violation (the mutant did not build) finds nothing.
       echo "mutant $name: the simulation failed without a violation:"; sed -n 1,30p "$out"

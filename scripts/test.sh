@@ -5,7 +5,7 @@
 # etcd and three Patroni nodes), the end-to-end tests again on a PostgreSQL
 # ledger, the protocol's model check (SPIN), the Debian packages installed,
 # upgraded and purged (root), the alert rules' unit tests, the simulation
-# (3 minutes of seeds, and its mutants), and short fault
+# (2 minutes of seeds, and its mutants), and short fault
 # campaigns on both ledgers, with power cuts (and their controls, which
 # must lose transfers), over TLS and on the HA ledger. Clusters are
 # started by the tests themselves (throwaway, on free loopback ports or in
@@ -29,9 +29,9 @@ go vet -tags faults ./e2e/
 # leases, failovers), so four run at once (-parallel 4), not GOMAXPROCS (2).
 stage "go test -race (ledger conformance on SQLite and PostgreSQL; end-to-end on SQLite)"
 DEDUP_E2E_RACE=1 go test -race -count=1 -parallel 4 -timeout 30m ./...
-stage "the simulation: the real code under virtual time, 3 minutes of seeds, then its mutants (docs/testing.md)"
-scripts/sim.sh --minutes 3
-scripts/sim.sh --mutants --minutes 3
+stage "the simulation: the real code under virtual time, 2 minutes of seeds, then its mutants, each found seed replayed twice (docs/testing.md)"
+scripts/sim.sh --minutes 2
+scripts/sim.sh --mutants --minutes 3 --replays 2
 stage "end-to-end tests on a PostgreSQL ledger, beside the model check (SPIN, one core)"
 # The model check is one CPU-bound process and the tests mostly wait, so
 # they share the machine; the model's output follows the tests'.
