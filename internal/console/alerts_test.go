@@ -110,6 +110,7 @@ func TestConsoleAndAlertRulesAgree(t *testing.T) {
 	check(ledgerClockSkew, false)
 	check(attemptsOut, false)
 	check(openCritical, false)
+	check(ledgerDamaged, false)
 	check(proposalWaiting, true)
 	for _, th := range jobOverdue {
 		check(th, false)

@@ -37,6 +37,7 @@ var (
 	ledgerClockSkew = threshold{"DedupLedgerClockSkew", 2500 * time.Millisecond, "page"}
 	attemptsOut     = threshold{"DedupAttemptsExhausted", 0, "ticket"}
 	openCritical    = threshold{"DedupReconcileCritical", 0, "page"}
+	ledgerDamaged   = threshold{"DedupLedgerDamaged", 0, "page"}
 	proposalWaiting = threshold{"DedupSettleProposalWaiting", 4 * time.Hour, "ticket"}
 	// jobOverdue is, per job, how long after its last success its alert
 	// fires (the timers run resolve and reprocess every 5 minutes, purge,
@@ -80,6 +81,11 @@ type item struct {
 // jobs late or never heard of.
 func (s *Server) attention(ctx context.Context, skew *time.Duration, open []settle.Open, jobs jobReport) ([]item, error) {
 	var items []item
+	if jobs.Damaged > 0 {
+		items = append(items, item{ID: "att-damaged", Severity: ledgerDamaged.Severity, Alert: ledgerDamaged.Alert,
+			Title:  "The ledger file is damaged (the daily check)",
+			Detail: "Stop the relay, restore the ledger from the last backup, and follow the runbook's \"The ledger file is damaged\"."})
+	}
 	late := func(st dedup.State, th threshold, id, act string) error {
 		rows, err := s.l.SelectState(ctx, st, th.After, attentionRows)
 		if err != nil {
@@ -177,6 +183,8 @@ type jobReport struct {
 	Error string   // why it could not be read
 	Files []string // the textfiles that carry a job's series
 	Runs  []jobRun
+	// Damaged is the daily check's count of damage (inspect --check).
+	Damaged int64
 }
 
 // jobRun is a job's last success as its textfile says.
@@ -219,8 +227,12 @@ func (j jobReport) late(now time.Time) []item {
 	return items
 }
 
-// lastSuccessSeries is the jobs' series the console reads.
-const lastSuccessSeries = "dedup_job_last_success_timestamp_seconds{"
+// lastSuccessSeries and damagedSeries are the jobs' series the console
+// reads.
+const (
+	lastSuccessSeries = "dedup_job_last_success_timestamp_seconds{"
+	damagedSeries     = `dedup_job_rows{job="check",outcome="damaged"}`
+)
 
 // readJobs reads every *.prom file of the textfile directory for the
 // jobs' last successes: whatever the files are named, any line of the
@@ -250,6 +262,12 @@ func (s *Server) readJobs() jobReport {
 		sc := bufio.NewScanner(fh)
 		for sc.Scan() {
 			line := sc.Text()
+			if v, ok := strings.CutPrefix(line, damagedSeries+" "); ok {
+				if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+					j.Damaged += n
+				}
+				continue
+			}
 			if !strings.HasPrefix(line, lastSuccessSeries) {
 				continue
 			}

@@ -166,3 +166,26 @@ func readFile(t *testing.T, path string) string {
 	assert.NilError(t, err)
 	return string(b)
 }
+
+// A damaged ledger, as the daily check's textfile says, comes before
+// everything else; a check that found none adds nothing.
+func TestDamagedLedgerComesFirst(t *testing.T) {
+	textfiles := t.TempDir()
+	d := newDesk(t, ledgers[0].open, func(o *Options) { o.TextfileDir = textfiles })
+	for _, job := range []string{"resolve", "reprocess", "purge", "reconcile"} {
+		writeJob(t, textfiles, job, time.Minute, "")
+	}
+	d.insertRow(t, newGUID(), "UNKNOWN", "E901", 30)
+	for _, tc := range []struct {
+		damaged int
+		first   string
+	}{{0, `id="att-unknown"`}, {1, `id="att-damaged"`}} {
+		assert.NilError(t, metrics.WriteJobTextfile(filepath.Join(textfiles, "dedup_check.prom"), "check", time.Now(), time.Second, true,
+			[]metrics.JobCount{{Outcome: "ok", Rows: int64(1 - tc.damaged)}, {Outcome: "damaged", Rows: int64(tc.damaged)}}, ""))
+		code, body := d.get(t, "vic", "/")
+		assert.Equal(t, code, 200)
+		i := strings.Index(body, `<li class="item`)
+		assert.Assert(t, i >= 0, "no attention item")
+		assert.Check(t, strings.Contains(body[i:i+200], tc.first), "damaged=%d: the first item is not %s:\n%s", tc.damaged, tc.first, body[i:i+200])
+	}
+}
