@@ -191,9 +191,9 @@ echo "== upgrade to version 2 (the edited configuration kept; the relay's socket
 echo "# edited by the operator" >>/etc/dedup/relay.env
 # A host whose relay an operator enabled before the socket existed: the
 # relay enabled, its socket not.
-deb-systemd-helper enable dedup-relay.service >/dev/null
-deb-systemd-helper disable dedup-relay.socket >/dev/null 2>&1 || true
-[ -e /etc/systemd/system/multi-user.target.wants/dedup-relay.service ] || fail "deb-systemd-helper did not enable the relay"
+systemctl enable dedup-relay.service >/dev/null 2>&1
+systemctl disable dedup-relay.socket >/dev/null 2>&1
+[ -e /etc/systemd/system/multi-user.target.wants/dedup-relay.service ] || fail "systemctl did not enable the relay"
 [ ! -e /etc/systemd/system/sockets.target.wants/dedup-relay.socket ] || fail "the socket is still enabled"
 dpkg -i $v2 >/dev/null
 [ -L /etc/systemd/system/sockets.target.wants/dedup-relay.socket ] || fail "the upgrade did not enable dedup-relay.socket for an enabled relay"
