@@ -445,7 +445,7 @@ trap 'scripts/pg.sh stop "$work/pg5"; cleanup' EXIT
 # preload_postgres URL ROWS: as preload_sqlite (above), on PostgreSQL.
 preload_postgres() {
   pg_empty "$1"
-  bin/inspect --db "$1" --summary >/dev/null   # creates the schema, as every binary does
+  bin/purge --db "$1" --dry-run >/dev/null   # creates the schema (inspect creates no ledger)
   [ "$2" -gt 0 ] || return 0
   psql "$1" -v rows="$2" -q <<'SQL'
 INSERT INTO tx
@@ -804,7 +804,7 @@ SQL
 }
 preload10_postgres() {
   pg_empty "$1"
-  bin/inspect --db "$1" --summary >/dev/null
+  bin/purge --db "$1" --dry-run >/dev/null   # creates the schema (inspect creates no ledger)
   psql "$1" -v rows="$2" -q <<'SQL'
 INSERT INTO tx
 SELECT guid, 'TRF00001', 'DONE', '0000',

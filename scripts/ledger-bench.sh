@@ -254,7 +254,7 @@ SQL
 }
 day_preload_postgres() {
   PGOPTIONS="-c client_min_messages=warning" psql "$1" -qc "DROP SCHEMA public CASCADE; CREATE SCHEMA public" >/dev/null
-  "$B/inspect" --db "$1" --summary >/dev/null
+  "$B/purge" --db "$1" --dry-run >/dev/null   # creates the schema (inspect creates no ledger)
   psql "$1" -v rows="$2" -q <<'SQL'
 INSERT INTO tx
 SELECT guid, 'TRF00001', 'DONE', '0000',
