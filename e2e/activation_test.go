@@ -17,17 +17,27 @@ import (
 	"dedup/internal/channel"
 )
 
+// activationEnv is systemd's environment for one socket named "listen".
+var activationEnv = []string{"LISTEN_FDS=1", "LISTEN_FDNAMES=listen"}
+
+// asSystemdWould passes held as descriptor 3 and sets LISTEN_PID to the
+// process's own pid, through a shell that sets it and then execs the
+// command (keeping its pid), as systemd does after its fork.
+func asSystemdWould(held *os.File) func(*exec.Cmd) {
+	return func(cmd *exec.Cmd) {
+		cmd.Args = append([]string{"/bin/sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, cmd.Path}, cmd.Args[1:]...)
+		cmd.Path = "/bin/sh"
+		cmd.ExtraFiles = []*os.File{held}
+	}
+}
+
 // startActivated starts the relay the way systemd starts it with
 // dedup-relay.socket: the listening socket held passed as descriptor 3,
 // LISTEN_FDS=1, LISTEN_FDNAMES=listen and LISTEN_PID the relay's own pid
 // (set by a shell that then execs the relay, keeping its pid).
 func startActivated(t *testing.T, held *os.File, args ...string) *proc {
 	t.Helper()
-	p, addrc := spawnWith(t, []string{"LISTEN_FDS=1", "LISTEN_FDNAMES=listen"}, func(cmd *exec.Cmd) {
-		cmd.Args = append([]string{"/bin/sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, cmd.Path}, cmd.Args[1:]...)
-		cmd.Path = "/bin/sh"
-		cmd.ExtraFiles = []*os.File{held}
-	}, "relay", args...)
+	p, addrc := spawnWith(t, activationEnv, asSystemdWould(held), "relay", args...)
 	select {
 	case p.addr = <-addrc:
 	case <-p.exited:
@@ -125,11 +135,7 @@ func TestHeldSocketThatIsNotTheListenAddressIsRefused(t *testing.T) {
 	defer held.Close()
 	db := tempDB(t)
 	other := freeAddr(t)
-	p, _ := spawnWith(t, []string{"LISTEN_FDS=1", "LISTEN_FDNAMES=listen"}, func(cmd *exec.Cmd) {
-		cmd.Args = append([]string{"/bin/sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, cmd.Path}, cmd.Args[1:]...)
-		cmd.Path = "/bin/sh"
-		cmd.ExtraFiles = []*os.File{held}
-	}, "relay", "--db", db, "--listen", other, "--core", "http://127.0.0.1:9")
+	p, _ := spawnWith(t, activationEnv, asSystemdWould(held), "relay", "--db", db, "--listen", other, "--core", "http://127.0.0.1:9")
 	select {
 	case <-p.exited:
 	case <-time.After(30 * time.Second):
