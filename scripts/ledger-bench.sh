@@ -586,6 +586,9 @@ day)
       fi
       psql "$pgurl" -qc "DROP DATABASE IF EXISTS day_run" -c "CREATE DATABASE day_run TEMPLATE day_$rows" >/dev/null
       db="$base/day_run?sslmode=disable"
+      # As the SQLite copy: the template's copy written to disk before the day.
+      psql "$db" -qc CHECKPOINT >/dev/null
+      sync
       [ -f "$keep/journal-$rows-$yesterday.csv" ] ||
         day_journal_postgres "$db" "$yesterday" | day_fill "$yesterday" "$journal_lines" >"$keep/journal-$rows-$yesterday.csv"
     fi
