@@ -75,10 +75,10 @@ type item struct {
 	Alert    string // the alert rule it mirrors ("" if none)
 }
 
-// attention gathers what needs a person, most urgent first: transfers in
-// doubt past their alert, open critical findings, a ledger clock that is
-// off, FAILED rows out of attempts, proposals waiting for a second person,
-// jobs late or never heard of.
+// attention gathers what needs a person, most urgent first: a damaged
+// ledger file, transfers in doubt past their alert, open critical
+// findings, a ledger clock that is off, FAILED rows out of attempts,
+// proposals waiting for a second person, jobs late or never heard of.
 func (s *Server) attention(ctx context.Context, skew *time.Duration, open []settle.Open, jobs jobReport) ([]item, error) {
 	var items []item
 	if jobs.Damaged > 0 {
@@ -155,7 +155,7 @@ func (s *Server) attention(ctx context.Context, skew *time.Duration, open []sett
 		}
 		items = append(items, it)
 	}
-	items = append(items, jobs.late(s.opts.Now())...)
+	items = append(items, jobs.late()...)
 	return items, nil
 }
 
@@ -197,7 +197,7 @@ type jobRun struct {
 }
 
 // late returns the jobs past their alert: late, or never heard of.
-func (j jobReport) late(now time.Time) []item {
+func (j jobReport) late() []item {
 	if j.Dir == "" || j.Error != "" {
 		return nil
 	}
