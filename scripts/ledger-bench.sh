@@ -568,10 +568,8 @@ day)
       db="$w/day.db"
       cp "$keep/day-$rows.db" "$db"
       chmod 600 "$db"
-      # The copy's gigabytes of dirty pages would be written back some 30 s
-      # later, under the load, and hold every fsync behind them (a stall of
-      # 0.8 s in the first run of this benchmark, the core's replies as slow
-      # as the relay's): written now, before the day starts.
+      # The copy's gigabytes of dirty pages are written now, before the day
+      # starts, not by the kernel's writeback under the load.
       sync
       [ -f "$keep/journal-$rows-$yesterday.csv" ] ||
         day_journal_sqlite "$db" "$yesterday" | day_fill "$yesterday" "$journal_lines" >"$keep/journal-$rows-$yesterday.csv"
