@@ -342,11 +342,16 @@ func OpenCriticalFindingArgs(runID int64, r ReconcileRun, f ReconcileFinding) []
 	return []any{f.GUID, string(f.Class), r.Date, runID, runID, f.Amount}
 }
 
-// FindingNotClosable is the refusal of a close of finding id: not found
-// (f nil), or closed already.
-func FindingNotClosable(id int64, f *CriticalFinding) error {
-	if f == nil {
-		return fmt.Errorf("%w: no finding %d", ErrRefused, id)
+// ClosableFinding judges the read of finding id that a close is about:
+// the finding if it is open, or the refusal (ErrRefused) of a finding not
+// found or closed already. Both backends close through it.
+func ClosableFinding(id int64, read []CriticalFinding) (CriticalFinding, error) {
+	switch {
+	case len(read) == 0:
+		return CriticalFinding{}, fmt.Errorf("%w: no finding %d", ErrRefused, id)
+	case !read[0].Open():
+		f := read[0]
+		return CriticalFinding{}, fmt.Errorf("%w: finding %d was closed at %s UTC by %s: %s", ErrRefused, id, f.ClosedAt, f.ClosedBy, f.Note)
 	}
-	return fmt.Errorf("%w: finding %d was closed at %s UTC by %s: %s", ErrRefused, id, f.ClosedAt, f.ClosedBy, f.Note)
+	return read[0], nil
 }

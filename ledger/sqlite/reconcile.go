@@ -130,15 +130,9 @@ func (l *Ledger) CloseFinding(ctx context.Context, id int64, actor, note string)
 		if err != nil {
 			return err
 		}
-		if len(fs) == 0 || !fs[0].Open() {
-			var f *ledger.CriticalFinding
-			if len(fs) > 0 {
-				f = &fs[0]
-			}
-			verdict = ledger.FindingNotClosable(id, f)
+		if closed, verdict = ledger.ClosableFinding(id, fs); verdict != nil {
 			return nil
 		}
-		closed = fs[0]
 		if _, err := l.conn.ExecContext(ctx, ledger.SQL.CloseFinding.SQLite, actor, note, id); err != nil {
 			return err
 		}
